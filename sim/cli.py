@@ -1,0 +1,235 @@
+"""The `hicache-sim` command line (also `python -m sim`).
+
+Exit codes: 0 success; 2 bad input (file, schema, unknown key: the message names both, and
+nothing is written); 1 anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import pandas as pd
+
+from sim.runner import RunResult, run
+from sim.scenario import Scenario, ScenarioError, check_references, load_scenario
+from sim.workload import iter_trace
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RESULTS_ROOT = Path("results")
+COMPARE_COLUMNS = (
+    "requests",
+    "prefetch_issued",
+    "prefetch_discarded",
+    "discard_rate",
+    "loops",
+    "heal_rate",
+    "loop_length_mean",
+    "loop_length_max",
+    "time_to_heal_p50_s",
+    "rewrite_pages",
+    "skipped_write_pages",
+    "wasted_read_bytes",
+    "ttft_p50_s",
+)
+
+
+def _bad_input(fn: F) -> F:
+    """Map ScenarioError to exit 2 and other failures to exit 1, without a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ScenarioError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except FileExistsError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:
+            click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _load(path: str, overrides: tuple[str, ...], seed: int | None = None) -> Scenario:
+    items = list(overrides)
+    if seed is not None:
+        items.append(f"seed={seed}")
+    scenario = load_scenario(path, items)
+    check_references(scenario, path)
+    return scenario
+
+
+_set_option = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario value by dotted key (repeatable).",
+)
+_out_option = click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Result directory (default: a new one under results/<scenario name>/).",
+)
+_force_option = click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hicache-sim")
+def cli() -> None:
+    """Simulate hybrid HiCache storage prefetch and compare existence-cache healing rules."""
+
+
+@cli.command("run")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@_out_option
+@click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
+@_set_option
+@_force_option
+@_bad_input
+def run_cmd(
+    scenario: str, out: Path | None, seed: int | None, overrides: tuple[str, ...], force: bool
+) -> None:
+    """Run one scenario and write a run directory."""
+    from sim.outputs.results import default_out, write_atomically, write_run
+
+    sc = _load(scenario, overrides, seed)
+    _refuse_existing(out, force)
+    result = run(sc)
+    target = out or default_out(RESULTS_ROOT, sc.name, "run")
+    written = write_atomically(target, lambda d: write_run(result, d), force=force)
+    _print_summary(result)
+    click.echo(f"wrote {written}")
+
+
+@cli.command("compare")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option(
+    "--heal",
+    "heals",
+    default="none,keep_pages",
+    show_default=True,
+    help="Comma-separated heal rules to run on the same seed.",
+)
+@_out_option
+@click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
+@_set_option
+@_force_option
+@_bad_input
+def compare_cmd(
+    scenario: str,
+    heals: str,
+    out: Path | None,
+    seed: int | None,
+    overrides: tuple[str, ...],
+    force: bool,
+) -> None:
+    """Run the scenario once per heal rule, print a table, write comparison.csv and a plot."""
+    from sim.heal import RULES
+    from sim.outputs.plot import plot_comparison
+    from sim.outputs.results import default_out, write_atomically, write_run
+
+    rules = [h.strip() for h in heals.split(",") if h.strip()]
+    unknown = [h for h in rules if h not in RULES]
+    if not rules or unknown:
+        raise ScenarioError("--heal", "heal", f"unknown rule(s) {unknown}; known: {list(RULES)}")
+    base = _load(scenario, overrides, seed)
+    variants = [_load(scenario, (*overrides, f"heal={h}"), seed) for h in rules]
+    _refuse_existing(out, force)
+    results = [run(v) for v in variants]
+    table = pd.DataFrame(
+        [{"heal": r.scenario.heal, "scenario": base.name, **r.summary} for r in results]
+    )
+
+    def fill(directory: Path) -> None:
+        directory.mkdir(parents=True)
+        table.to_csv(directory / "comparison.csv", index=False)
+        for result in results:
+            write_run(result, directory / result.scenario.heal)
+        plot_comparison(directory)
+
+    target = out or default_out(RESULTS_ROOT, base.name, "compare")
+    written = write_atomically(target, fill, force=force)
+    click.echo(_format_table(table))
+    click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
+
+
+@cli.command("validate")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@_set_option
+@_bad_input
+def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
+    """Check a scenario without running it, referenced trace files included."""
+    sc = _load(scenario, overrides)
+    path = sc.trace_path()
+    lines = 0
+    if path is not None:
+        block = sc.workload.block_tokens  # type: ignore[union-attr]
+        for _ in iter_trace(path, block):
+            lines += 1
+    extra = f", trace {path} ({lines} requests)" if path is not None else ""
+    click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
+
+
+@cli.command("schema")
+def schema_cmd() -> None:
+    """Print the scenario JSON Schema."""
+    click.echo(json.dumps(Scenario.model_json_schema(), indent=2))
+
+
+@cli.command("plot")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@_bad_input
+def plot_cmd(directory: Path) -> None:
+    """Draw the plots of a run or compare directory."""
+    from sim.outputs.plot import plot_directory
+
+    for path in plot_directory(directory):
+        click.echo(f"wrote {path}")
+
+
+def _refuse_existing(out: Path | None, force: bool) -> None:
+    if out is not None and out.exists() and not force:
+        raise FileExistsError(f"{out} already exists (use --force to replace it)")
+
+
+def _print_summary(result: RunResult) -> None:
+    s = result.summary
+    width = max(len(k) for k in s)
+    for key, value in s.items():
+        click.echo(f"{key:<{width}}  {_fmt(value)}")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _format_table(table: pd.DataFrame) -> str:
+    rows = [["heal", *COMPARE_COLUMNS]]
+    rows += [[str(r["heal"]), *(_fmt(r[c]) for c in COMPARE_COLUMNS)] for _, r in table.iterrows()]
+    cols = list(zip(*rows, strict=True))
+    widths = [max(len(x) for x in col) for col in cols]
+    return "\n".join(
+        "  ".join(x.rjust(w) for x, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
+def main() -> None:
+    cli(prog_name="hicache-sim")

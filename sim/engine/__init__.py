@@ -1,0 +1,1 @@
+"""The SimPy layer: processes that add time and order to the plain model."""

@@ -1,0 +1,4 @@
+"""The plain-object model of hybrid HiCache: no SimPy, no I/O, no pandas.
+
+Every class here can be driven directly from a unit test; the engine only adds time and order.
+"""

@@ -1,0 +1,81 @@
+"""The storage existence cache: a bounded LRU of KV page keys believed to be in storage.
+
+It is the only memory a `buffer_only` server has of what storage holds, so it gates every write:
+`covers_all` true means the whole node write is skipped. Beliefs are added at every write
+acknowledgement (failed writes included, as SGLang does to stay deterministic across TP ranks)
+and for pages a prefetch fetched. Aux pools have no beliefs of their own, which is why a missing
+aux object can hide behind a KV belief.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Container, Iterable, Sequence
+
+
+class ExistenceCache:
+    """Bounded LRU of believed-stored KV page keys (SGLang: StorageExistenceCache)."""
+
+    def __init__(self, entries: int, enabled: bool = True) -> None:
+        self.entries = entries
+        self.enabled = enabled
+        self.evictions = 0
+        self._lru: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._lru
+
+    def add(self, keys: Iterable[int]) -> None:
+        if not self.enabled:
+            return
+        lru = self._lru
+        for key in keys:
+            if key in lru:
+                lru.move_to_end(key)
+            else:
+                lru[key] = None
+        while len(lru) > self.entries:
+            lru.popitem(last=False)
+            self.evictions += 1
+
+    def contains(self, key: int) -> bool:
+        """Membership that refreshes recency, as a real lookup does."""
+        if key in self._lru:
+            self._lru.move_to_end(key)
+            return True
+        return False
+
+    def covers_all(self, keys: Sequence[int], extra_cover: Container[int] = ()) -> bool:
+        """The FULL check: is every key believed stored or already being written?"""
+        if not self.enabled:
+            return False
+        lru = self._lru
+        for key in keys:
+            if key not in lru and key not in extra_cover:
+                return False
+        for key in keys:
+            if key in lru:
+                lru.move_to_end(key)
+        return True
+
+    def invalidate_beyond(self, span: Sequence[int], keep_pages: int) -> list[int]:
+        """Drop the beliefs of span[keep_pages:]; returns the keys that were actually believed."""
+        dropped: list[int] = []
+        lru = self._lru
+        for key in span[max(0, keep_pages) :]:
+            if key in lru:
+                del lru[key]
+                dropped.append(key)
+        return dropped
+
+    def invalidate(self, keys: Iterable[int]) -> list[int]:
+        """Drop the beliefs of exactly these keys (the `exact` oracle rule)."""
+        dropped: list[int] = []
+        for key in keys:
+            if key in self._lru:
+                del self._lru[key]
+                dropped.append(key)
+        return dropped

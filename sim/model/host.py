@@ -1,0 +1,52 @@
+"""Host memory (L2): prefetch and backup staging, plus host copies in `cache` mode.
+
+In `buffer_only` mode host memory is only staging; a prefetch is declined when staging for loads
+would exceed HICACHE_LOAD_POOL_USAGE_FRACTION of the pool (SGLang's prefetch_rate_limited). In
+`cache` mode host copies live in the radix tree and share the same page budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+LOAD_POOL_USAGE_FRACTION = 0.9
+
+
+@dataclass
+class HostPool:
+    capacity_pages: int
+    cached_pages: Callable[[], int] = field(default=lambda: 0)
+    prefetch_pages: int = 0
+    backup_pages: int = 0
+
+    @property
+    def used_pages(self) -> int:
+        return self.cached_pages() + self.prefetch_pages + self.backup_pages
+
+    @property
+    def free_pages(self) -> int:
+        return self.capacity_pages - self.used_pages
+
+    def prefetch_rate_limited(self, pages: int) -> bool:
+        """Would staging `pages` more for loads exceed the load share of the pool?"""
+        limit = LOAD_POOL_USAGE_FRACTION * self.capacity_pages
+        return self.prefetch_pages + pages > limit or pages > self.free_pages
+
+    def alloc_prefetch(self, pages: int) -> bool:
+        if self.prefetch_rate_limited(pages):
+            return False
+        self.prefetch_pages += pages
+        return True
+
+    def free_prefetch(self, pages: int) -> None:
+        self.prefetch_pages -= pages
+
+    def alloc_backup(self, pages: int) -> bool:
+        if pages > self.free_pages:
+            return False
+        self.backup_pages += pages
+        return True
+
+    def free_backup(self, pages: int) -> None:
+        self.backup_pages -= pages

@@ -1,0 +1,1 @@
+"""Outputs: summary metrics, result files, plots."""

@@ -1,0 +1,115 @@
+"""Summary metrics, exactly as docs/metrics.md defines them (warm-up excluded)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.model.loops import Loop
+
+SUMMARY_KEYS = (
+    "requests",
+    "prompt_tokens",
+    "device_hit_tokens",
+    "host_hit_tokens",
+    "prefetch_issued",
+    "prefetch_success",
+    "prefetch_discarded",
+    "discard_rate",
+    "loops",
+    "heal_rate",
+    "loop_length_mean",
+    "loop_length_max",
+    "time_to_heal_p50_s",
+    "l3_hit_tokens",
+    "l3_loaded_tokens",
+    "recomputed_tokens",
+    "wasted_read_bytes",
+    "rewrite_pages",
+    "skipped_write_pages",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "events",
+    "wall_s",
+)
+"""The contract keys, in contract order; extra keys follow them in summary.json."""
+
+WALL_CLOCK_KEYS = ("wall_s",)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return None if den == 0 else float(num) / float(den)
+
+
+def _quantile(values: pd.Series | np.ndarray, q: float) -> float | None:
+    arr = np.asarray(values, dtype=float)
+    return None if arr.size == 0 else float(np.quantile(arr, q))
+
+
+def summarize(
+    tables: dict[str, pd.DataFrame],
+    loops: list[Loop],
+    *,
+    warmup_s: float,
+    events: int,
+    wall_s: float,
+    counters: dict[str, int],
+) -> dict[str, Any]:
+    req = tables["requests"]
+    req = req[req["arrival_s"] >= warmup_s]
+    pf = tables["prefetches"]
+    pf = pf[pf["issued_s"] >= warmup_s]
+    wr = tables["writes"]
+    wr = wr[wr["t_s"] >= warmup_s]
+    issued = pf[pf["outcome"].isin(["success", "discarded"])]
+    discarded = issued[issued["outcome"] == "discarded"]
+    counted = [lp for lp in loops if lp.first_discard_s >= warmup_s]
+    retried = [lp for lp in counted if lp.retried]
+    healed = [lp for lp in retried if lp.healed_s is not None]
+    first_token = req.dropna(subset=["first_token_s"])
+    ttft = first_token["first_token_s"] - first_token["arrival_s"]
+    written = wr[wr["verdict"] == "write"]
+    summary: dict[str, Any] = {
+        "requests": len(req),
+        "prompt_tokens": int(req["prompt_tokens"].sum()),
+        "device_hit_tokens": int(req["device_hit_tokens"].sum()),
+        "host_hit_tokens": int(req["host_hit_tokens"].sum()),
+        "prefetch_issued": len(issued),
+        "prefetch_success": int((issued["outcome"] == "success").sum()),
+        "prefetch_discarded": len(discarded),
+        "discard_rate": _ratio(len(discarded), len(issued)),
+        "loops": len(counted),
+        "heal_rate": _ratio(len(healed), len(retried)),
+        "loop_length_mean": float(np.mean([lp.length for lp in counted])) if counted else None,
+        "loop_length_max": max((lp.length for lp in counted), default=0),
+        "time_to_heal_p50_s": _quantile(
+            np.array([lp.time_to_heal_s for lp in healed], dtype=float), 0.5
+        ),
+        "l3_hit_tokens": int(req["l3_hit_tokens"].sum()),
+        "l3_loaded_tokens": int(req["l3_loaded_tokens"].sum()),
+        "recomputed_tokens": int(req["recomputed_tokens"].sum()),
+        "wasted_read_bytes": int(discarded["read_bytes"].sum()),
+        "rewrite_pages": int(written.loc[written["rewrite"], "pages"].sum()),
+        "skipped_write_pages": int(wr.loc[wr["verdict"] == "skip_covered", "pages"].sum()),
+        "ttft_p50_s": _quantile(ttft, 0.5),
+        "ttft_p99_s": _quantile(ttft, 0.99),
+        "events": int(events),
+        "wall_s": round(float(wall_s), 4),
+        "loops_retried": len(retried),
+        "loops_healed": len(healed),
+        "requests_finished": int((req["outcome"] == "finished").sum()),
+        "requests_unfinished": int((req["outcome"] == "unfinished").sum()),
+        "requests_rejected": int((req["outcome"] == "rejected").sum()),
+        "prefetch_revoked": int((pf["outcome"] == "revoked").sum()),
+        "prefetch_declined": int((pf["outcome"] == "declined").sum()),
+        "prefetch_terminated": int(issued["terminated"].sum()),
+        "written_pages": int(written["pages"].sum()),
+        "write_kv_failed_pages": int(written["kv_failed"].sum()),
+        "write_aux_failed_objects": int((written["swa_failed"] + written["mamba_failed"]).sum()),
+        "dropped_parent_pages": int(wr.loc[wr["verdict"] == "drop_parent", "pages"].sum()),
+        "heal_dropped_beliefs": int(discarded["dropped_beliefs"].sum()),
+        "hit_query_dropped_beliefs": int(counters.get("hit_query_dropped_beliefs", 0)),
+    }
+    return summary

@@ -1,0 +1,239 @@
+"""Workloads: seeded request streams as page chains (no SimPy).
+
+A workload yields `Request`s in arrival order and may add follow-ups when a request finishes
+(multi-turn sessions are closed loops: the next turn starts a think time after the answer).
+Pages are prefix-chained keys (`sim.model.chain`), so requests share keys exactly where they
+share a prefix. Page keys that can never be shared (unique suffixes, generated output) come
+from a counter instead of the interner, which keeps memory proportional to the shared pages.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from sim.model.chain import ROOT_KEY, ChainInterner
+from sim.scenario import (
+    MooncakeWorkload,
+    MultiturnWorkload,
+    Scenario,
+    ScenarioError,
+    SharedPrefixWorkload,
+)
+
+FRESH_KEY_BASE = 1 << 48
+"""Unshareable page keys start here, far above any interned or trace-derived key."""
+
+
+@dataclass(slots=True)
+class Request:
+    """One request: its whole pages (prompt then output) and token counts."""
+
+    rid: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    pages: list[int]
+    prompt_pages: int
+    session: int = -1
+    turn: int = 0
+
+
+class Workload(Protocol):
+    def arrivals(self) -> Iterator[Request]: ...
+
+    def follow_up(self, request: Request, finish_s: float) -> Request | None: ...
+
+
+class _FreshKeys:
+    def __init__(self) -> None:
+        self._next = itertools.count(FRESH_KEY_BASE)
+
+    def take(self, n: int) -> list[int]:
+        return [next(self._next) for _ in range(n)]
+
+
+class SharedPrefix:
+    """Poisson arrivals; each request is a Zipf-chosen shared prefix plus a unique suffix."""
+
+    def __init__(self, spec: SharedPrefixWorkload, page_size: int, rng: np.random.Generator):
+        self.spec = spec
+        self.page_size = page_size
+        self.rng = rng
+        self.fresh = _FreshKeys()
+        chains = ChainInterner()
+        n_prefix_pages = spec.prefix_tokens // page_size
+        self.prefix_pages = [
+            chains.extend(ROOT_KEY, ((i, j) for j in range(n_prefix_pages)))
+            for i in range(spec.prefixes)
+        ]
+        ranks = np.arange(1, spec.prefixes + 1, dtype=float)
+        weights = ranks ** (-spec.zipf_s)
+        self.prefix_probs = weights / weights.sum()
+
+    def arrivals(self) -> Iterator[Request]:
+        s, ps = self.spec, self.page_size
+        prompt = s.prefix_tokens + s.suffix_tokens
+        prompt_pages = prompt // ps
+        total_pages = (prompt + s.output_tokens) // ps
+        now = 0.0
+        chunk = 4096
+        for base in range(0, s.requests, chunk):
+            n = min(chunk, s.requests - base)
+            gaps = self.rng.exponential(1.0 / s.arrival_rate_per_s, n)
+            choice = self.rng.choice(s.prefixes, size=n, p=self.prefix_probs)
+            for k in range(n):
+                now += float(gaps[k])
+                prefix = self.prefix_pages[int(choice[k])]
+                pages = prefix + self.fresh.take(total_pages - len(prefix))
+                yield Request(base + k, now, prompt, s.output_tokens, pages, prompt_pages)
+
+    def follow_up(self, request: Request, finish_s: float) -> Request | None:
+        return None
+
+
+class Multiturn:
+    """Sessions start as a Poisson process; each turn re-sends the whole conversation so far."""
+
+    def __init__(self, spec: MultiturnWorkload, page_size: int, rng: np.random.Generator):
+        self.spec = spec
+        self.page_size = page_size
+        starts = np.cumsum(rng.exponential(1.0 / spec.arrival_rate_per_s, spec.sessions))
+        self.starts = starts.tolist()
+        self.think_s = (
+            rng.exponential(spec.think_time_s, (spec.sessions, spec.turns)).tolist()
+            if spec.think_time_s > 0
+            else [[0.0] * spec.turns for _ in range(spec.sessions)]
+        )
+        self.fresh = _FreshKeys()
+        self.session_pages: dict[int, list[int]] = {}
+
+    def _turn(self, session: int, turn: int, arrival_s: float) -> Request:
+        s, ps = self.spec, self.page_size
+        prompt = s.first_turn_tokens + turn * (s.output_tokens + s.turn_tokens)
+        total_pages = (prompt + s.output_tokens) // ps
+        pages = self.session_pages.setdefault(session, [])
+        pages.extend(self.fresh.take(total_pages - len(pages)))
+        rid = session * s.turns + turn
+        if turn == s.turns - 1:
+            self.session_pages.pop(session)
+        return Request(
+            rid, arrival_s, prompt, s.output_tokens, list(pages), prompt // ps, session, turn
+        )
+
+    def arrivals(self) -> Iterator[Request]:
+        for session, start in enumerate(self.starts):
+            yield self._turn(session, 0, start)
+
+    def follow_up(self, request: Request, finish_s: float) -> Request | None:
+        turn = request.turn + 1
+        if turn >= self.spec.turns:
+            return None
+        return self._turn(request.session, turn, finish_s + self.think_s[request.session][turn])
+
+
+class MooncakeTrace:
+    """Streams a Mooncake JSONL trace, re-blocking 512-token blocks into pages.
+
+    Page j of a block with hash id h gets key h * pages_per_block + j + 1: the trace's hash ids
+    are already prefix-chained, so equal ids at equal positions mean the same prefix and the
+    derived page keys inherit that property without an interner.
+    """
+
+    def __init__(self, spec: MooncakeWorkload, path: Path, page_size: int):
+        self.spec = spec
+        self.path = path
+        self.page_size = page_size
+        self.pages_per_block = spec.block_tokens // page_size
+        self.fresh = _FreshKeys()
+
+    def arrivals(self) -> Iterator[Request]:
+        ps, ppb = self.page_size, self.pages_per_block
+        for rid, (_line_no, rec) in enumerate(iter_trace(self.path, self.spec.block_tokens)):
+            if self.spec.limit is not None and rid >= self.spec.limit:
+                return
+            timestamp_ms, input_len, output_len, hash_ids = rec
+            prompt_pages = input_len // ps
+            pages = [h * ppb + j + 1 for h in hash_ids for j in range(ppb)][:prompt_pages]
+            total_pages = (input_len + output_len) // ps
+            pages.extend(self.fresh.take(total_pages - prompt_pages))
+            arrival = timestamp_ms / 1000.0 * self.spec.time_scale
+            yield Request(rid, arrival, input_len, output_len, pages, prompt_pages)
+
+    def follow_up(self, request: Request, finish_s: float) -> Request | None:
+        return None
+
+
+TraceRecord = tuple[float, int, int, list[int]]
+
+
+def iter_trace(path: Path, block_tokens: int) -> Iterator[tuple[int, TraceRecord]]:
+    """Validated trace records with their line numbers; a bad line raises ScenarioError."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise ScenarioError(str(path), "workload.path", f"cannot read trace: {exc}") from None
+    last_ts = -math.inf
+    with handle:
+        for line_no, raw in enumerate(handle, start=1):
+            where = f"line {line_no}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ScenarioError(str(path), where, "not UTF-8 text") from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ScenarioError(str(path), where, f"not valid JSON: {exc.msg}") from None
+            rec = _trace_record(obj, block_tokens, str(path), where)
+            if rec[0] < last_ts:
+                raise ScenarioError(str(path), where, "timestamp goes backwards")
+            last_ts = rec[0]
+            yield line_no, rec
+
+
+def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> TraceRecord:
+    if not isinstance(obj, dict):
+        raise ScenarioError(source, where, "each line must be a JSON object")
+    for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+        if key not in obj:
+            raise ScenarioError(source, f"{where}: {key}", "missing")
+    ts, inp, out, ids = obj["timestamp"], obj["input_length"], obj["output_length"], obj["hash_ids"]
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
+        raise ScenarioError(source, f"{where}: timestamp", "must be a finite number >= 0")
+    for key, val in (("input_length", inp), ("output_length", out)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+            raise ScenarioError(source, f"{where}: {key}", "must be an integer >= 0")
+    if not isinstance(ids, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in ids
+    ):
+        raise ScenarioError(source, f"{where}: hash_ids", "must be a list of integers >= 0")
+    expected = -(-inp // block_tokens)
+    if len(ids) != expected:
+        raise ScenarioError(
+            source,
+            f"{where}: hash_ids",
+            f"has {len(ids)} ids; ceil(input_length / {block_tokens}) = {expected}",
+        )
+    return float(ts), inp, out, ids
+
+
+def make_workload(scenario: Scenario, rng: np.random.Generator) -> Workload:
+    spec = scenario.workload
+    ps = scenario.model.page_size
+    if isinstance(spec, SharedPrefixWorkload):
+        return SharedPrefix(spec, ps, rng)
+    if isinstance(spec, MultiturnWorkload):
+        return Multiturn(spec, ps, rng)
+    path = scenario.trace_path()
+    assert path is not None
+    return MooncakeTrace(spec, path, ps)
