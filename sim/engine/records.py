@@ -109,4 +109,3 @@ class Records:
     prefetches: list[PrefetchRecord] = field(default_factory=list)
     writes: list[WriteRecord] = field(default_factory=list)
     timeseries: list[tuple[Any, ...]] = field(default_factory=list)
-    running: dict[int, Any] = field(default_factory=dict)

@@ -99,10 +99,12 @@ class Simulation:
         self.existence = ExistenceCache(scenario.existence_cache.entries, enabled=self.buffer_only)
         self.heal_rule = RULES[scenario.heal]
         self.inflight = InflightPages()
+        self.inflight_nodes: set[int] = set()
         self.heal_dropped: set[int] = set()
         self.loops = LoopTracker()
         self.records = Records()
         self.waiting: list[Job] = []
+        self.running: dict[int, Job] = {}
         self.backlog: simpy.Store = simpy.Store(self.env)
         self.read_channel = simpy.Resource(self.env, capacity=1)
         self.write_channel = simpy.Resource(self.env, capacity=1)
@@ -135,7 +137,8 @@ class Simulation:
 
     # ------------------------------------------------------------------ driver
 
-    def run(self) -> Simulation:
+    def start(self) -> Simulation:
+        """Register the processes; `run` calls it, tests may then step the environment."""
         env = self.env
         env.process(self.arriving())
         env.process(self.scheduling())
@@ -146,12 +149,20 @@ class Simulation:
             rate = self.sc.storage_pool(pool).evict_rate_per_s
             if rate > 0:
                 env.process(self.evicting(self.storage.pools[pool], rate, evict_rng))
-        env.run(until=self.sc.duration_s)
+        return self
+
+    def finish(self) -> Simulation:
+        """Record the requests still waiting or running at the horizon as unfinished."""
         for job in self.waiting:
             self._record_request(job, "unfinished")
-        for job in self.records.running.values():
+        for job in self.running.values():
             self._record_request(job, "unfinished")
         return self
+
+    def run(self) -> Simulation:
+        self.start()
+        self.env.run(until=self.sc.duration_s)
+        return self.finish()
 
     def poke(self) -> None:
         """Wake the scheduler: something it waits on may have changed."""
@@ -329,12 +340,17 @@ class Simulation:
         env, req, tree = self.env, job.req, self.tree
         now = env.now
         job.admitted_s = now
+        self.running[req.rid] = job
         prompt = req.pages[: req.prompt_pages]
         loaded_end = self._resolve_prefetch(job)
         match = tree.match(prompt)
         covered = max(match.host_pages, loaded_end, match.device_pages)
         loaded_pages = covered - match.device_pages
-        self._insert(job, prompt[:covered], backed_up=loaded_end >= covered > match.device_pages)
+        self._insert(
+            job,
+            prompt[:covered],
+            backed_up=loaded_end >= covered > match.device_pages,
+        )
         job.recomputed_tokens = req.prompt_tokens - covered * self.page_size
         load_bytes = loaded_pages * self._page_bytes()
         prefill_s = job.recomputed_tokens / self.sc.compute.prefill_tokens_per_s + load_bytes / (
@@ -342,15 +358,23 @@ class Simulation:
         )
         yield env.timeout(prefill_s)
         job.first_token_s = env.now
-        self._insert(job, prompt, backed_up=False)
-        self.records.running[req.rid] = job
+        self._insert(job, prompt, backed_up=False, backup_path=self.buffer_only)
         env.process(self.decoding(job))
 
     def _page_bytes(self) -> int:
         return self.object_bytes["kv"] + self.object_bytes["swa"]
 
-    def _insert(self, job: Job, pages: list[int], *, backed_up: bool) -> None:
-        """Insert on the device against the job's reservation, then queue backups of new nodes."""
+    def _insert(
+        self, job: Job, pages: list[int], *, backed_up: bool, backup_path: bool = False
+    ) -> None:
+        """Insert on the device against the job's reservation, then queue backups.
+
+        New nodes are always offered for backup. With `backup_path` (the insert after a prefill
+        in `buffer_only` mode) every node on the request's path is offered, parents first: such a
+        server keeps no host copies, so the tree cannot tell whether storage still has a node and
+        relies on the existence cache's FULL check to skip it. That is what lets a heal rewrite a
+        node the request only matched, and lets its new children pass the parent-cover gate.
+        """
         tree = self.tree
         before = tree.kv_used
         node, new_nodes = tree.insert(
@@ -363,9 +387,19 @@ class Simulation:
         tree.lock(node)
         tree.unlock(job.lock_node)
         job.lock_node = node
-        for fresh in new_nodes:
-            if not fresh.backed_up:
-                self.enqueue_backup(fresh)
+        offered = self._path(node) if backup_path else new_nodes
+        for candidate in offered:
+            if backup_path or not candidate.backed_up:
+                self.enqueue_backup(candidate)
+
+    def _path(self, node: Node) -> list[Node]:
+        """Nodes from the root's child down to `node`, parents first."""
+        path: list[Node] = []
+        while node is not self.tree.root:
+            path.append(node)
+            node = node.parent  # type: ignore[assignment]
+        path.reverse()
+        return path
 
     def _resolve_prefetch(self, job: Job) -> int:
         """Apply the hybrid check to a settled prefetch; returns the loaded endpoint (pages)."""
@@ -383,7 +417,7 @@ class Simulation:
             loaded = op.completed_pages
             job.l3_loaded_pages = loaded
             job.prefetch_outcome = "success"
-            self.loops.on_success(span[:loaded], now)
+            self.loops.on_success(span[loaded - 1], now)
             self.records.prefetches.append(self._prefetch_record(job, op, "success", ()))
             return op.start_page + loaded
         view = DiscardView(op, self.page_size, self.storage, self.window_pages)
@@ -391,7 +425,7 @@ class Simulation:
         dropped = self.existence.invalidate(to_drop)
         self.counters["heal_dropped_beliefs"] += len(dropped)
         self.heal_dropped.update(dropped)
-        self.loops.on_discard(span, now)
+        self.loops.on_discard(span[-1], now)
         job.prefetch_outcome = "discarded"
         if now >= self.sc.warmup_s:
             self._cum_discards += 1
@@ -431,7 +465,7 @@ class Simulation:
         self.tree.unlock(job.lock_node)
         self.tree.release(job.reserved_kv, 1)
         job.reserved_kv = 0
-        del self.records.running[job.req.rid]
+        del self.running[job.req.rid]
         self._record_request(job, "finished")
         self.env.process(self.follow_up(job.req))
         self.poke()
@@ -464,7 +498,9 @@ class Simulation:
     # ------------------------------------------------------------------ backup IO
 
     def enqueue_backup(self, node: Node) -> None:
-        """Gate a freshly inserted node and queue its write (enqueue_backup_intent)."""
+        """Gate a node and queue its write (SGLang: enqueue_backup_intent)."""
+        if node.nid in self.inflight_nodes:
+            return
         node.backed_up = True
         pages = tuple(node.pages)
         now = self.env.now
@@ -475,6 +511,7 @@ class Simulation:
                 return
         healed = any(p in self.heal_dropped for p in pages)
         self.inflight.add(pages)
+        self.inflight_nodes.add(node.nid)
         self.backlog.put(BackupIntent(node, pages, now, healed))
 
     def backing_up(self) -> Generator[simpy.Event, Any, None]:
@@ -484,6 +521,7 @@ class Simulation:
             node, pages = intent.node, intent.pages
             if self.buffer_only and not (node.alive and node.on_device):
                 self.inflight.remove(pages)
+                self.inflight_nodes.discard(node.nid)
                 self.records.writes.append(
                     WriteRecord.skipped(env.now, node.nid, len(pages), "stale")
                 )
@@ -505,6 +543,7 @@ class Simulation:
             aux_ok = {p: self.storage.pools[p].put(k, now) for p, k in aux_keys.items()}
             self.existence.add(pages)
             self.inflight.remove(pages)
+            self.inflight_nodes.discard(node.nid)
             if intent.healed:
                 self.heal_dropped.difference_update(pages)
             if staged:

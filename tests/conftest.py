@@ -1,0 +1,61 @@
+"""Shared test helpers: small scenarios built in code, and the path to the shared trace."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim.scenario import Scenario, apply_override, build_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+
+BASE: dict[str, Any] = {
+    "name": "test",
+    "seed": 1,
+    "duration_s": 120,
+    "warmup_s": 0,
+    "model": {
+        "page_size": 64,
+        "kv": {"bytes_per_token": 24576},
+        "swa": {"window_tokens": 128, "bytes_per_token": 18432},
+    },
+    "device": {"kv_pages": 2000, "swa_pages": 2000},
+    "host": {"mode": "buffer_only", "pages": 8000, "pcie_gbps": 50},
+    "storage": {
+        "hit_query": "kv_only",
+        "pools": {"kv": {}, "swa": {}},
+    },
+    "prefetch": {"policy": "timeout", "threshold_tokens": 256},
+    "heal": "keep_pages",
+    "workload": {
+        "kind": "shared_prefix",
+        "prefixes": 20,
+        "prefix_tokens": 2048,
+        "zipf_s": 0.5,
+        "suffix_tokens": 32,
+        "output_tokens": 16,
+        "arrival_rate_per_s": 4,
+        "requests": 300,
+    },
+}
+
+
+def make_doc(**overrides: Any) -> dict[str, Any]:
+    """A copy of BASE with dotted-key overrides (`make_doc(**{"storage.read_gbps": 1})`)."""
+    doc = copy.deepcopy(BASE)
+    for key, value in overrides.items():
+        apply_override(doc, key, value)
+    return doc
+
+
+def make_scenario(**overrides: Any) -> Scenario:
+    return build_scenario(make_doc(**overrides), "<test>")
+
+
+@pytest.fixture
+def scenario() -> Scenario:
+    return make_scenario()
