@@ -150,9 +150,7 @@ def compare_cmd(
     variants = [_load(scenario, (*overrides, f"heal={h}"), seed) for h in rules]
     _refuse_existing(out, force)
     results = [run(v) for v in variants]
-    table = pd.DataFrame(
-        [{"heal": r.scenario.heal, "scenario": base.name, **r.summary} for r in results]
-    )
+    table = pd.DataFrame([{"heal": r.scenario.heal, **r.summary} for r in results])
 
     def fill(directory: Path) -> None:
         directory.mkdir(parents=True)

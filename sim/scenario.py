@@ -24,22 +24,25 @@ class ScenarioError(Exception):
     """Bad input: names the file and the key; the CLI maps it to exit code 2."""
 
     def __init__(self, source: str, key: str | None, message: str) -> None:
+        super().__init__(source, key, message)
         self.source = source
         self.key = key
         self.message = message
-        where = f"{source}: {key}: " if key else f"{source}: "
-        super().__init__(where + message)
+
+    def __str__(self) -> str:
+        where = f"{self.source}: {self.key}: " if self.key else f"{self.source}: "
+        return where + self.message
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
 
 
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
-PositiveFloat = Annotated[float, Field(gt=0.0)]
-NonNegFloat = Annotated[float, Field(ge=0.0)]
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+Probability = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
+PositiveFloat = Annotated[float, Field(strict=True, gt=0.0)]
+NonNegFloat = Annotated[float, Field(strict=True, ge=0.0)]
 
 
 class KVPoolSpec(_Strict):
@@ -230,27 +233,28 @@ class _KeyedError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """Safe YAML loading that also refuses duplicate keys (a silent override otherwise)."""
+def _check_duplicate_keys(node: yaml.Node | None, path: str = "") -> None:
+    """Refuse duplicate mapping keys (YAML would silently keep the last), naming the dotted key."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            dotted = f"{path}.{key}" if path else key
+            if key in seen and key != "<<":
+                raise ScenarioError(
+                    "", dotted, f"duplicate key (line {key_node.start_mark.line + 1})"
+                )
+            seen.add(key)
+            _check_duplicate_keys(value_node, dotted)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(item, f"{path}[{i}]")
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    mapping: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node)
-        if key in mapping:
-            raise ScenarioError(
-                "", str(key), f"duplicate key (line {key_node.start_mark.line + 1})"
-            )
-        mapping[key] = loader.construct_object(value_node)
-    return mapping
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
+def _safe_load(text: str) -> Any:
+    """Safe YAML (no object-constructing tags) with duplicate keys refused."""
+    _check_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader))
+    return yaml.safe_load(text)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -259,7 +263,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ScenarioError("--set", text, "expected dotted.key=value")
     try:
-        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else None
+        value = _safe_load(raw) if raw.strip() else None
+    except ScenarioError as exc:
+        raise ScenarioError("--set", f"{key}.{exc.key}", exc.message) from None
     except yaml.YAMLError as exc:
         raise ScenarioError("--set", key, f"value is not valid YAML: {exc}") from None
     return key.strip(), value
@@ -287,7 +293,7 @@ def read_document(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(source, None, f"cannot read file: {exc}") from None
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
+        doc = _safe_load(text)
     except ScenarioError as exc:
         raise ScenarioError(source, exc.key, exc.message) from None
     except yaml.YAMLError as exc:
@@ -308,7 +314,9 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
         ctx_error = err.get("ctx", {}).get("error")
         if isinstance(ctx_error, _KeyedError):
             raise ScenarioError(source, ctx_error.key, str(ctx_error).split(": ", 1)[1]) from None
-        key = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p, err["loc"]))
+        key = ".".join(
+            str(p) for p in err["loc"] if not _is_union_tag(p, err["loc"]) and p != "[key]"
+        )
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown key"
@@ -343,7 +351,7 @@ def load_scenario(
     if isinstance(workload, dict) and isinstance(workload.get("path"), str):
         trace = Path(workload["path"])
         if not trace.is_absolute():
-            workload["path"] = str(path.parent / trace)
+            workload["path"] = str(path.parent.resolve() / trace)
     return build_scenario(doc, str(path))
 
 

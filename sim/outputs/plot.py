@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+import yaml
 
 COMPARE_PANELS = (
     ("discard_rate", "discard rate"),
@@ -43,7 +44,8 @@ def plot_comparison(directory: Path) -> Path:
     ax.set_xlabel("simulated time (s)")
     ax.legend(fontsize=8)
     flat[-1].axis("off")
-    name = table["scenario"].iloc[0] if "scenario" in table else directory.name
+    config = directory / str(table["heal"].iloc[0]) / "config.resolved.yaml"
+    name = yaml.safe_load(config.read_text())["name"] if config.exists() else directory.name
     fig.suptitle(f"{name}: heal rules compared on the same seed")
     out = directory / "comparison.png"
     fig.savefig(out, dpi=110)

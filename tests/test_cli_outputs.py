@@ -1,0 +1,295 @@
+"""What `run`, `compare` and `plot` write (DESIGN 4.2, 4.3), on tiny scenarios."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from sim.cli import cli
+from sim.outputs.metrics import SUMMARY_KEYS
+from sim.scenario import Scenario, build_scenario, load_scenario
+from tests.conftest import REPO, make_doc
+
+DESIGN = REPO.parent / "shared" / "DESIGN.md"
+
+RUN_FILES = {
+    "summary.json",
+    "config.resolved.yaml",
+    "meta.json",
+    "requests.parquet",
+    "prefetches.parquet",
+    "writes.parquet",
+    "timeseries.parquet",
+}
+
+# DESIGN 4.3, copied literally; `test_design_lists_the_same_keys` re-reads the DESIGN itself.
+DESIGN_SUMMARY_KEYS = """
+requests, prompt_tokens, device_hit_tokens, host_hit_tokens, prefetch_issued,
+prefetch_success, prefetch_discarded, discard_rate, loops,
+heal_rate, loop_length_mean, loop_length_max, time_to_heal_p50_s, l3_hit_tokens,
+l3_loaded_tokens, recomputed_tokens, wasted_read_bytes, rewrite_pages, skipped_write_pages,
+ttft_p50_s, ttft_p99_s, events, wall_s
+"""
+CONTRACT_KEYS = [k.strip() for k in DESIGN_SUMMARY_KEYS.split(",")]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+N_REQUESTS = 60
+
+
+def tiny_doc(**overrides: Any) -> dict[str, Any]:
+    return make_doc(**{"workload.requests": N_REQUESTS, "duration_s": 60, **overrides})
+
+
+@pytest.fixture
+def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny scenario file in a fresh working directory (the cwd for the test)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    path = work / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_doc(), sort_keys=False), encoding="utf-8")
+    monkeypatch.chdir(work)
+    return path
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.exit_code, result.output, result.stderr)
+    return result
+
+
+def read_summary(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / "summary.json").read_text())
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
+
+
+# --- run ----------------------------------------------------------------------------------------
+
+
+def test_run_writes_exactly_the_run_directory(tiny: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    result = ok(invoke("run", str(tiny), "--out", str(out)))
+    assert set(os.listdir(out)) == RUN_FILES
+    assert str(out) in result.stdout
+    assert not Path("results").exists(), "--out given: nothing goes under results/"
+    assert sorted(os.listdir(tmp_path)) == ["out", "work"], "no staging directory left behind"
+
+
+def test_summary_has_every_contract_key(tiny: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    ok(invoke("run", str(tiny), "--out", str(out)))
+    summary = read_summary(out)
+    keys = list(summary)
+    assert list(SUMMARY_KEYS) == CONTRACT_KEYS
+    assert keys[: len(CONTRACT_KEYS)] == CONTRACT_KEYS, "contract keys first, in contract order"
+    for key in CONTRACT_KEYS:
+        value = summary[key]
+        assert value is None or (isinstance(value, int | float) and not isinstance(value, bool)), (
+            key,
+            value,
+        )
+        if isinstance(value, float):
+            assert math.isfinite(value), key
+    assert summary["requests"] == N_REQUESTS
+    assert summary["prompt_tokens"] > 0
+    assert summary["events"] > 0
+    assert summary["wall_s"] >= 0
+
+
+def test_design_lists_the_same_keys():
+    text = DESIGN.read_text(encoding="utf-8") if DESIGN.exists() else ""
+    if text:
+        match = re.search(r"Summary keys \(contract\):\s*`([^`]*)`", text)
+        assert match, "the summary key list moved in DESIGN.md"
+        parsed = [k.strip() for k in match.group(1).split(",")]
+        assert parsed == CONTRACT_KEYS
+    assert len(set(CONTRACT_KEYS)) == len(CONTRACT_KEYS) == 23
+
+
+def test_run_tables_and_meta(tiny: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    ok(invoke("run", str(tiny), "--out", str(out), "--seed", "11"))
+    requests = pd.read_parquet(out / "requests.parquet")
+    assert len(requests) == N_REQUESTS
+    timeseries = pd.read_parquet(out / "timeseries.parquet")
+    assert len(timeseries) > 0
+    assert "t_s" in timeseries.columns
+    assert timeseries["t_s"].is_monotonic_increasing
+    for name in ("prefetches", "writes"):
+        pd.read_parquet(out / f"{name}.parquet")  # readable, even when empty
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["seed"] == 11
+    assert {"versions", "seed", "wall_s", "command"} <= set(meta)
+    assert meta["versions"]["python"]
+    assert isinstance(meta["command"], list)
+
+
+def test_config_resolved_round_trips(tiny: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    ok(invoke("run", str(tiny), "--out", str(out)))
+    resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())
+    # defaults the YAML left out are written out in full
+    assert "existence_cache" in resolved and "compute" in resolved
+    assert resolved["storage"]["read_gbps"] == 10.0
+    again = build_scenario(resolved, "config.resolved.yaml")
+    assert isinstance(again, Scenario)
+    assert again == load_scenario(tiny)
+
+
+def test_resolved_config_of_a_trace_scenario_reruns_from_its_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A run directory's config must still find the trace when run again from elsewhere."""
+    work = tmp_path / "work"
+    work.mkdir()
+    lines = [
+        {"timestamp": i * 200, "input_length": 600, "output_length": 4, "hash_ids": [0, i + 1]}
+        for i in range(8)
+    ]
+    (work / "trace.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    doc = tiny_doc(workload={"kind": "mooncake", "path": "trace.jsonl", "block_tokens": 512})
+    (work / "trace.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.chdir(work)
+    first = tmp_path / "first"
+    ok(invoke("run", "trace.yaml", "--out", str(first)))
+    assert read_summary(first)["requests"] == len(lines)
+    monkeypatch.chdir(tmp_path)
+    second = tmp_path / "second"
+    result = invoke("run", str(first / "config.resolved.yaml"), "--out", str(second))
+    assert result.exit_code == 0, result.stderr
+    assert read_summary(second)["requests"] == len(lines)
+
+
+def test_run_without_out_makes_a_new_directory_each_time(tiny: Path):
+    first = ok(invoke("run", tiny.name))
+    second = ok(invoke("run", tiny.name))
+    root = Path("results") / "test"  # the scenario's name
+    runs = sorted(root.iterdir())
+    assert len(runs) == 2, runs
+    assert all(d.is_dir() and set(os.listdir(d)) == RUN_FILES for d in runs)
+    assert sorted(os.listdir(Path.cwd())) == ["results", "tiny.yaml"]
+    assert os.listdir("results") == ["test"]
+    for result in (first, second):
+        wrote = result.stdout.strip().splitlines()[-1].removeprefix("wrote ").strip()
+        assert Path(wrote).resolve().parent == root.resolve()
+    assert read_summary(runs[0])["events"] == read_summary(runs[1])["events"], "same seed"
+
+
+def test_run_out_existing_needs_force(tiny: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = invoke("run", str(tiny), "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.stderr
+    assert "--force" in result.stderr and str(out) in result.stderr
+    assert os.listdir(out) == ["keep.txt"], "a refused run must leave the directory alone"
+    assert sorted(os.listdir(tmp_path)) == ["out", "work"]
+
+    ok(invoke("run", str(tiny), "--out", str(out), "--force"))
+    assert set(os.listdir(out)) == RUN_FILES, "--force replaces the directory"
+    assert sorted(os.listdir(tmp_path)) == ["out", "work"]
+
+
+def test_subprocess_run_end_to_end(tiny: Path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sim", "run", tiny.name],
+        cwd=tiny.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (Path(tiny.parent) / "results" / "test").iterdir()
+    assert set(os.listdir(run_dir)) == RUN_FILES
+    assert "discard_rate" in proc.stdout
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert tiny.name in meta["command"]
+
+
+# --- compare ------------------------------------------------------------------------------------
+
+
+def test_compare_writes_csv_and_png(tiny: Path, tmp_path: Path):
+    out = tmp_path / "cmp"
+    result = ok(invoke("compare", str(tiny), "--heal", "none,keep_pages", "--out", str(out)))
+    assert is_png(out / "comparison.png")
+    table = pd.read_csv(out / "comparison.csv")
+    assert list(table["heal"]) == ["none", "keep_pages"], "one row per rule, in the given order"
+    columns = list(table.columns)
+    assert columns[0] == "heal"
+    summaries = {h: read_summary(out / h) for h in ("none", "keep_pages")}
+    summary_keys = list(summaries["none"])
+    assert [c for c in columns[1:] if c != "scenario"] == summary_keys
+    assert set(CONTRACT_KEYS) <= set(columns)
+    for _, row in table.iterrows():
+        summary = summaries[row["heal"]]
+        for key in CONTRACT_KEYS:
+            if key == "wall_s":
+                continue
+            if summary[key] is None:
+                assert pd.isna(row[key]), key
+            else:
+                assert row[key] == pytest.approx(summary[key]), key
+    for heal in ("none", "keep_pages"):
+        assert set(os.listdir(out / heal)) == RUN_FILES
+        assert yaml.safe_load((out / heal / "config.resolved.yaml").read_text())["heal"] == heal
+    seeds = {
+        yaml.safe_load((out / h / "config.resolved.yaml").read_text())["seed"] for h in summaries
+    }
+    assert len(seeds) == 1, "variants run on the same seed"
+    assert "keep_pages" in result.stdout and "comparison.csv" in result.stdout
+
+
+def test_compare_unknown_heal_rule_exits_2(tiny: Path, tmp_path: Path):
+    out = tmp_path / "cmp"
+    result = invoke("compare", str(tiny), "--heal", "none,sometimes", "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.stderr
+    assert "sometimes" in result.stderr
+    assert not out.exists()
+    assert not Path("results").exists()
+    assert sorted(os.listdir(tmp_path)) == ["work"]
+
+
+def test_compare_empty_heal_list_exits_2(tiny: Path, tmp_path: Path):
+    result = invoke("compare", str(tiny), "--heal", " , ", "--out", str(tmp_path / "cmp"))
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "cmp").exists()
+
+
+# --- plot ---------------------------------------------------------------------------------------
+
+
+def test_plot_run_directory(tiny: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    ok(invoke("run", str(tiny), "--out", str(out)))
+    assert not (out / "timeseries.png").exists()
+    result = ok(invoke("plot", str(out)))
+    assert is_png(out / "timeseries.png")
+    assert "timeseries.png" in result.stdout
+
+
+def test_plot_directory_without_results_fails_cleanly(tmp_path: Path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = invoke("plot", str(empty))
+    assert result.exit_code != 0
+    assert "Traceback" not in result.stderr
+    assert os.listdir(empty) == []
