@@ -7,6 +7,7 @@ nothing is written); 1 anything else.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -37,6 +38,7 @@ COMPARE_COLUMNS = (
     "skipped_write_pages",
     "wasted_read_bytes",
     "ttft_p50_s",
+    "ttft_p99_s",
 )
 
 
@@ -212,7 +214,7 @@ def _print_summary(result: RunResult) -> None:
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"

@@ -76,9 +76,11 @@ def test_heal_closes_the_loop_with_one_discard_and_one_rewrite(heal: str) -> Non
     result = simulate(heal)
     assert a_prefetches(result) == [(2, "discarded"), (4, "success"), (6, "success")]
     writes = result.tables["writes"]
-    rewrites = writes[writes["rewrite"]]
+    rewrites = writes[writes["rewrite_pages"] > 0]
     assert len(rewrites) == 1
     assert int(rewrites["pages"].iloc[0]) == PAGES
+    dropped = result.tables["prefetches"]["dropped_beliefs"].sum()
+    assert int(rewrites["rewrite_pages"].iloc[0]) == dropped == result.summary["rewrite_pages"]
     assert int(rewrites["swa_keys"].iloc[0]) == 2 and int(rewrites["swa_failed"].iloc[0]) == 0
     assert result.summary["heal_rate"] == 1.0
     assert result.summary["loop_length_max"] == 1

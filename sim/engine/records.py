@@ -55,12 +55,12 @@ class WriteRecord(NamedTuple):
     swa_failed: int
     mamba_keys: int
     mamba_failed: int
-    rewrite: bool
+    rewrite_pages: int
     bytes: int
 
     @classmethod
     def skipped(cls, t_s: float, node_id: int, pages: int, verdict: str) -> WriteRecord:
-        return cls(t_s, node_id, pages, verdict, 0, 0, 0, 0, 0, False, 0)
+        return cls(t_s, node_id, pages, verdict, 0, 0, 0, 0, 0, 0, 0)
 
     @classmethod
     def written(
@@ -71,7 +71,7 @@ class WriteRecord(NamedTuple):
         kv_ok: Sequence[bool],
         aux_keys: dict[str, tuple[int, ...]],
         aux_ok: dict[str, list[bool]],
-        rewrite: bool,
+        rewrite_pages: int,
         nbytes: int,
     ) -> WriteRecord:
         def failed(pool: str) -> int:
@@ -87,7 +87,7 @@ class WriteRecord(NamedTuple):
             failed("swa"),
             len(aux_keys.get("mamba", ())),
             failed("mamba"),
-            rewrite,
+            rewrite_pages,
             nbytes,
         )
 

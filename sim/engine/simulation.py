@@ -509,10 +509,9 @@ class Simulation:
             if verdict != "write":
                 self.records.writes.append(WriteRecord.skipped(now, node.nid, len(pages), verdict))
                 return
-        healed = any(p in self.heal_dropped for p in pages)
         self.inflight.add(pages)
         self.inflight_nodes.add(node.nid)
-        self.backlog.put(BackupIntent(node, pages, now, healed))
+        self.backlog.put(BackupIntent(node, pages, now))
 
     def backing_up(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -544,14 +543,14 @@ class Simulation:
             self.existence.add(pages)
             self.inflight.remove(pages)
             self.inflight_nodes.discard(node.nid)
-            if intent.healed:
-                self.heal_dropped.difference_update(pages)
+            rewritten = self.heal_dropped.intersection(pages)
+            self.heal_dropped.difference_update(rewritten)
             if staged:
                 self.host.free_backup(staged)
                 self._host_freed_poke()
             self.records.writes.append(
                 WriteRecord.written(
-                    now, node.nid, pages, kv_ok, aux_keys, aux_ok, intent.healed, nbytes
+                    now, node.nid, pages, kv_ok, aux_keys, aux_ok, len(rewritten), nbytes
                 )
             )
 

@@ -26,7 +26,6 @@ class BackupIntent:
     node: Node
     pages: tuple[int, ...]
     enqueued_s: float
-    healed: bool = False
 
 
 class InflightPages:

@@ -371,7 +371,21 @@ class RadixTree:
             if node.parent is not self.root and node.parent is not None:
                 self._push(node.parent)
         else:
+            self._drop_host_subtree(node)
             self._remove(node)
+
+    def _drop_host_subtree(self, node: Node) -> None:
+        """Free host-only descendants of a node that leaves the tree: nothing could reach them."""
+        stack = list(node.children.values())
+        while stack:
+            child = stack.pop()
+            stack.extend(child.children.values())
+            if child.on_host:
+                self.host_used -= len(child.pages)
+            child.on_host = child.host_aux = False
+            child.alive = False
+            self.nodes -= 1
+        node.children.clear()
 
     def _tombstone(self, node: Node) -> None:
         self.swa_tombstoned_pages += len(node.pages)

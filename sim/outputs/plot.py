@@ -17,7 +17,7 @@ COMPARE_PANELS = (
     ("loop_length_mean", "mean loop length (discards)"),
     ("rewrite_pages", "rewritten pages"),
     ("wasted_read_bytes", "wasted storage reads (GB)"),
-    ("ttft_p50_s", "TTFT p50 (s)"),
+    ("ttft_p99_s", "TTFT p99 (s)"),
 )
 
 

@@ -1,0 +1,143 @@
+"""Engine-level properties: oracles, invariants while running, determinism, CRN."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from sim.engine.simulation import Simulation
+from sim.outputs.metrics import WALL_CLOCK_KEYS
+from sim.runner import run
+from sim.scenario import load_scenario
+from tests.conftest import REPO, make_scenario
+
+
+def without_wall_clock(summary: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in summary.items() if k not in WALL_CLOCK_KEYS}
+
+
+def test_zero_faults_with_intersect_and_wait_complete_never_discard() -> None:
+    result = run(load_scenario(REPO / "scenarios" / "zero_fault.yaml"))
+    assert result.summary["prefetch_issued"] > 100
+    assert result.summary["prefetch_discarded"] == 0
+    assert result.summary["prefetch_success"] == result.summary["prefetch_issued"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("layout", ["swa", "mamba", "both"])
+def test_zero_faults_never_discard_across_layouts_and_seeds(seed: int, layout: str) -> None:
+    model = {"page_size": 64, "kv": {"bytes_per_token": 1024}}
+    device: dict[str, int] = {"kv_pages": 600}
+    pools: dict[str, dict[str, object]] = {"kv": {}}
+    if layout in ("swa", "both"):
+        model["swa"] = {"window_tokens": 256, "bytes_per_token": 512}
+        device["swa_pages"] = 300
+        pools["swa"] = {}
+    if layout in ("mamba", "both"):
+        model["mamba"] = {"state_bytes": 1 << 20}
+        device["mamba_slots"] = 16
+        pools["mamba"] = {}
+    scenario = make_scenario(
+        seed=seed,
+        model=model,
+        device=device,
+        **{
+            "storage.pools": pools,
+            "storage.hit_query": "intersect",
+            "prefetch.policy": "wait_complete",
+            "workload.requests": 200,
+        },
+    )
+    summary = run(scenario).summary
+    assert summary["prefetch_issued"] > 0
+    assert summary["prefetch_discarded"] == 0
+
+
+def test_capacities_hold_and_every_request_ends_in_one_outcome() -> None:
+    scenario = make_scenario(
+        **{
+            "model.mamba": {"state_bytes": 1 << 20},
+            "device.kv_pages": 300,
+            "device.swa_pages": 120,
+            "device.mamba_slots": 6,
+            "host.pages": 400,
+            "storage.pools.mamba": {"put_fail_prob": 0.2},
+            "storage.pools.swa": {"put_fail_prob": 0.2, "capacity_gb": 0.05},
+            "storage.pools.kv": {"capacity_gb": 1.0, "get_fail_prob": 0.01},
+            "existence_cache.entries": 200,
+            "workload.requests": 400,
+            "workload.arrival_rate_per_s": 8,
+            "duration_s": 60,
+        }
+    )
+    sim = Simulation(scenario).start()
+    tree, host, env = sim.tree, sim.host, sim.env
+    steps = 0
+    while env.peek() <= scenario.duration_s:
+        env.step()
+        steps += 1
+        assert tree.kv_used + tree.kv_reserved <= tree.kv_capacity
+        assert tree.swa_used <= (tree.swa_capacity or 0)
+        assert tree.mamba_used + tree.mamba_reserved <= (tree.mamba_capacity or 0)
+        assert 0 <= host.used_pages <= host.capacity_pages
+        assert len(sim.existence) <= scenario.existence_cache.entries
+        for pool in sim.storage.pools.values():
+            assert pool.capacity_objects is None or len(pool) <= pool.capacity_objects
+    sim.finish()
+    assert steps > 1000
+    requests = pd.DataFrame(sim.records.requests)
+    assert requests["rid"].is_unique
+    assert set(requests["outcome"]) <= {"finished", "unfinished", "rejected"}
+
+
+def test_every_generated_request_is_recorded_exactly_once() -> None:
+    scenario = make_scenario(**{"workload.requests": 150, "duration_s": 20})
+    result = run(scenario)
+    expected = sum(
+        1
+        for req in Simulation(scenario).workload.arrivals()
+        if req.arrival_s <= scenario.duration_s
+    )
+    assert len(result.tables["requests"]) == expected
+    assert result.tables["requests"]["rid"].is_unique
+    assert (result.tables["requests"]["outcome"] == "unfinished").any()
+
+
+def test_same_seed_gives_identical_summaries_and_tables() -> None:
+    scenario = make_scenario(**{"storage.pools.swa.put_fail_prob": 0.2})
+    first, second = run(scenario), run(scenario)
+    assert without_wall_clock(first.summary) == without_wall_clock(second.summary)
+    for name, table in first.tables.items():
+        pd.testing.assert_frame_equal(table, second.tables[name])
+
+
+def test_other_seed_gives_other_results() -> None:
+    a = run(make_scenario(seed=1)).summary
+    b = run(make_scenario(seed=2)).summary
+    assert without_wall_clock(a) != without_wall_clock(b)
+
+
+def test_heal_rule_does_not_change_the_arrivals() -> None:
+    """Common random numbers: variants see the same requests at the same times."""
+    none = run(make_scenario(heal="none", **{"storage.pools.swa.put_fail_prob": 0.2}))
+    keep = run(make_scenario(heal="keep_pages", **{"storage.pools.swa.put_fail_prob": 0.2}))
+    cols = ["rid", "arrival_s", "prompt_tokens"]
+    pd.testing.assert_frame_equal(none.tables["requests"][cols], keep.tables["requests"][cols])
+
+
+def test_multiturn_round_k_hit_rate_is_k_over_k_plus_one_when_nothing_is_evicted() -> None:
+    result = run(load_scenario(REPO / "scenarios" / "multiturn.yaml"))
+    req = result.tables["requests"]
+    assert (req["outcome"] == "finished").all()
+    for turn, group in req.groupby("turn"):
+        hit = group["device_hit_tokens"].sum() / group["prompt_tokens"].sum()
+        assert hit == pytest.approx(turn / (turn + 1), abs=0.01), turn
+
+
+def test_demo_heal_closes_loops_and_none_does_not() -> None:
+    scenario = load_scenario(REPO / "scenarios" / "demo.yaml")
+    none = run(scenario.model_copy(update={"heal": "none"})).summary
+    keep = run(scenario.model_copy(update={"heal": "keep_pages"})).summary
+    assert none["heal_rate"] <= 0.3 and keep["heal_rate"] >= 0.8
+    assert keep["prefetch_discarded"] * 2 <= none["prefetch_discarded"]
+    assert none["rewrite_pages"] == 0 < keep["rewrite_pages"]

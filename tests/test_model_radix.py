@@ -1,0 +1,386 @@
+"""The radix tree of cached prefixes and its device pools (DESIGN 2.1, 2.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.model.chain import ROOT_KEY, ChainInterner
+from sim.model.radix import Node, RadixTree
+
+
+def make_tree(
+    kv: int = 100,
+    swa: int | None = None,
+    mamba: int | None = None,
+    host: int | None = None,
+) -> RadixTree:
+    return RadixTree(kv_pages=kv, swa_pages=swa, mamba_slots=mamba, host_cache_pages=host)
+
+
+def child(node: Node, first_page: int) -> Node:
+    return node.children[first_page]
+
+
+# ---------------------------------------------------------------- insert, match, split
+
+
+def test_insert_into_empty_tree() -> None:
+    tree = make_tree()
+    node, new = tree.insert([1, 2, 3], 1.0)
+    assert new == [node]
+    assert node.pages == [1, 2, 3] and node.start == 0 and node.end == 3
+    assert node.parent is tree.root and tree.root.children == {1: node}
+    assert node.on_device and tree.kv_used == 3 and tree.nodes == 1
+    match = tree.match([1, 2, 3, 4])
+    assert match.device_pages == 3 and match.device_node is node
+
+
+def test_insert_existing_prefix_adds_nothing() -> None:
+    tree = make_tree()
+    node, _ = tree.insert([1, 2, 3], 1.0)
+    again, new = tree.insert([1, 2, 3], 2.0)
+    assert again is node and new == []
+    assert tree.kv_used == 3 and tree.nodes == 1
+
+
+def test_insert_extending_a_leaf_adds_a_child() -> None:
+    tree = make_tree()
+    first, _ = tree.insert([1, 2], 1.0)
+    node, new = tree.insert([1, 2, 3, 4], 2.0)
+    assert new == [node] and node.parent is first
+    assert node.pages == [3, 4] and node.start == 2
+    assert first.children == {3: node}
+    assert tree.kv_used == 4
+
+
+def test_split_on_a_shared_prefix() -> None:
+    """Inserting [1, 2, 3, 9, 10] into [1..6] cuts the old node after 3 pages."""
+    tree = make_tree()
+    old, _ = tree.insert([1, 2, 3, 4, 5, 6], 1.0)
+    leaf, new = tree.insert([1, 2, 3, 9, 10], 2.0)
+    upper = child(tree.root, 1)
+    assert upper is not old and upper.pages == [1, 2, 3] and upper.end == 3
+    assert old.pages == [4, 5, 6] and old.start == 3 and old.parent is upper
+    assert new == [leaf] and leaf.pages == [9, 10] and leaf.parent is upper
+    assert upper.children == {4: old, 9: leaf}
+    assert tree.kv_used == 8 and tree.nodes == 3
+    assert tree.match([1, 2, 3, 4, 5, 6]).device_pages == 6
+    assert tree.match([1, 2, 3, 7]).device_pages == 3
+    assert tree.match([1, 2]).device_pages == 2
+    assert tree.match([5, 6]).device_pages == 0
+
+
+def test_insert_ending_inside_a_node_splits_it() -> None:
+    """The returned node ends exactly at the inserted length."""
+    tree = make_tree()
+    tree.insert([1, 2, 3, 4], 1.0)
+    node, new = tree.insert([1, 2], 2.0)
+    assert new == [] and node.pages == [1, 2] and node.end == 2
+    assert [c.pages for c in node.children.values()] == [[3, 4]]
+    assert tree.kv_used == 4
+
+
+def test_split_keeps_swa_in_both_halves_and_no_mamba_above_the_cut() -> None:
+    tree = make_tree(swa=100, mamba=10)
+    old, _ = tree.insert([1, 2, 3, 4], 1.0)
+    assert old.swa_resident and old.mamba_resident
+    tree.insert([1, 2, 7], 2.0)
+    upper = child(tree.root, 1)
+    assert upper.pages == [1, 2]
+    assert upper.swa_resident and old.swa_resident
+    assert not upper.mamba_resident and old.mamba_resident
+    assert tree.swa_used == 5
+    assert tree.mamba_used == 2  # the old end and the new leaf [7]
+
+
+def test_mamba_match_backs_off_to_a_node_end_with_state() -> None:
+    """kv+mamba: the cut at 4 has no state, so a match there backs off to the end at 2."""
+    tree = make_tree(mamba=10)
+    a, _ = tree.insert([1, 2], 1.0)
+    b, _ = tree.insert([1, 2, 3, 4, 5, 6], 2.0)
+    leaf, _ = tree.insert([1, 2, 3, 4, 20], 3.0)
+    upper = b.parent
+    assert upper is not None and upper.pages == [3, 4] and not upper.mamba_resident
+    match = tree.match([1, 2, 3, 4])
+    assert match.device_pages == 2 and match.device_node is a
+    assert tree.match([1, 2, 3, 4, 5]).device_pages == 2  # mid-node: no state there either
+    assert tree.match([1, 2, 3, 4, 5, 6]).device_pages == 6
+    assert tree.match([1, 2, 3, 4, 20]).device_node is leaf
+    # Inserting exactly up to the cut gives the upper half a state of its own.
+    node, _ = tree.insert([1, 2, 3, 4], 4.0)
+    assert node is upper and upper.mamba_resident
+    assert tree.match([1, 2, 3, 4]).device_pages == 4
+
+
+def test_swa_match_may_end_mid_node_but_not_on_tombstoned_pages() -> None:
+    """kv+swa: a partial node is a legal resume point while its SWA values are resident."""
+    tree = make_tree(swa=6)
+    a, _ = tree.insert([1, 2, 3], 1.0)
+    assert tree.match([1, 2, 9]).device_pages == 2
+    b, _ = tree.insert([11, 12, 13, 14], 2.0)  # needs 4 SWA pages: tombstones a
+    assert not a.swa_resident and a.on_device and b.swa_resident
+    assert tree.swa_tombstoned_pages == 3 and tree.swa_used == 4
+    assert tree.match([1, 2, 3]).device_pages == 0
+    assert tree.match([11, 12]).device_pages == 2
+
+
+def test_new_node_larger_than_swa_pool_is_born_tombstoned() -> None:
+    tree = make_tree(swa=2)
+    node, _ = tree.insert([1, 2, 3], 1.0)
+    assert node.on_device and not node.swa_resident and tree.swa_used == 0
+
+
+# ---------------------------------------------------------------- eviction and locks
+
+
+def test_reserve_evicts_least_recently_used_leaf() -> None:
+    tree = make_tree(kv=10)
+    a, _ = tree.insert([1, 2, 3], 1.0)
+    b, _ = tree.insert([11, 12, 13], 2.0)
+    c, _ = tree.insert([21, 22, 23], 3.0)
+    tree.touch(a, 4.0)
+    assert tree.reserve(3, 0)
+    assert not b.alive and a.alive and c.alive
+    assert tree.kv_used == 6 and tree.kv_reserved == 3 and tree.kv_free() == 1
+    assert tree.device_evicted_pages == 3
+    assert set(tree.root.children) == {1, 21}
+    tree.release(3, 0)
+    assert tree.kv_reserved == 0
+
+
+def test_reserve_evicts_leaves_before_their_parent() -> None:
+    """An interior node becomes evictable only once its children are gone."""
+    tree = make_tree(kv=6)
+    tree.insert([1, 2, 3, 4], 1.0)
+    tree.insert([1, 2, 5, 6], 2.0)
+    upper = child(tree.root, 1)
+    lower_a, lower_b = child(upper, 3), child(upper, 5)
+    tree.touch(upper, 3.0)  # the parent is the most recent, yet it must go last
+    assert tree.reserve(2, 0)
+    assert not lower_a.alive and upper.alive and lower_b.alive
+    assert tree.reserve(4, 0)
+    assert not upper.alive and not lower_b.alive
+    assert tree.kv_used == 0 and tree.nodes == 0 and tree.root.children == {}
+
+
+def test_locked_nodes_are_never_evicted() -> None:
+    tree = make_tree(kv=10)
+    a, _ = tree.insert([1, 2, 3, 4], 1.0)
+    tree.insert([1, 2, 9], 1.5)  # split: a's upper half is an interior node
+    upper = a.parent
+    assert upper is not None and upper is not tree.root
+    b, _ = tree.insert([11, 12, 13], 2.0)
+    tree.lock(a)
+    assert upper.lock_ref == 1 and tree.root.lock_ref == 2
+    assert not tree.reserve(8, 0)
+    assert a.alive and a.on_device and upper.alive and upper.on_device
+    assert not b.alive
+    assert tree.kv_reserved == 0 and tree.kv_used == 4
+    tree.unlock(a)
+    assert a.lock_ref == 0 and upper.lock_ref == 0 and tree.root.lock_ref == 1
+    assert tree.reserve(8, 0)  # 6 free: the unlocked leaf a (2 pages) is enough
+    assert not a.alive and upper.alive and tree.kv_used == 2
+
+
+def test_split_of_a_locked_node_keeps_the_lock_on_both_halves() -> None:
+    tree = make_tree(kv=10)
+    a, _ = tree.insert([1, 2, 3, 4], 1.0)
+    tree.lock(a)
+    tree.insert([1, 2, 7], 2.0)
+    upper = a.parent
+    assert upper is not None and upper.lock_ref == 1 and a.lock_ref == 1
+    tree.unlock(a)
+    assert upper.lock_ref == 0 and tree.root.lock_ref == 1
+
+
+def test_locked_mamba_state_is_kept() -> None:
+    tree = make_tree(mamba=1)
+    a, _ = tree.insert([1, 2], 1.0)
+    tree.lock(a)
+    b, _ = tree.insert([5, 6], 2.0)
+    assert a.mamba_resident and not b.mamba_resident
+    assert not tree.reserve(0, 1)
+    tree.unlock(a)
+    assert tree.reserve(0, 1)
+    assert not a.mamba_resident and tree.mamba_used == 0 and tree.mamba_reserved == 1
+
+
+def test_cache_mode_parent_evicted_while_child_lives_on_host() -> None:
+    """Cache mode: a device parent without a host copy whose only child is host-resident.
+
+    P = [1, 2] gets no host copy (host full of X at the time); its child C = [3, 4] gets one
+    after X left the host. Device pressure evicts C (kept on the host), then P, which has no host
+    copy. Evicting P must not corrupt the tree: C must stay reachable (or go with P), and the
+    accounting must stay exact.
+    """
+    tree = make_tree(kv=6, host=2)
+    x, _ = tree.insert([9, 10], 1.0, host_copy=True)
+    p, _ = tree.insert([1, 2], 2.0, host_copy=True)
+    assert x.on_host and not p.on_host
+    assert tree.reserve(4, 0)  # evicts X from the device; X stays on the host
+    tree.release(4, 0)
+    c, _ = tree.insert([1, 2, 3, 4], 3.0, host_copy=True)  # host room made by dropping X
+    assert c.on_host and not x.alive and c.parent is p
+    tree.reserve(6, 0)
+    assert tree.kv_used + tree.kv_reserved <= tree.kv_capacity
+    for node in tree.iter_nodes():
+        assert node.alive and node.parent is not None
+        assert node.parent.children[node.pages[0]] is node
+    assert tree.kv_used == sum(len(n.pages) for n in tree.iter_nodes() if n.on_device)
+    assert tree.host_used == sum(len(n.pages) for n in tree.iter_nodes() if n.on_host)
+
+
+# ---------------------------------------------------------------- random operation sequences
+
+
+def _build_chains() -> list[list[int]]:
+    """Chains drawn from a few shared prefixes: (trunk pages, branch id, branch pages)."""
+    interner = ChainInterner()
+    trunk = [("t", i) for i in range(6)]
+    specs = [(6, 0, 0), (3, 1, 3), (3, 2, 2), (4, 3, 4), (1, 4, 2), (0, 5, 5), (0, 6, 2)]
+    return [
+        interner.extend(ROOT_KEY, trunk[:t] + [("b", b, j) for j in range(n)]) for t, b, n in specs
+    ]
+
+
+CHAINS = _build_chains()
+
+Op = tuple[str, int, int]
+
+
+@dataclass
+class Driver:
+    """Drives a tree the way the engine does and remembers what the invariants need."""
+
+    tree: RadixTree
+    inserted: list[list[int]] = field(default_factory=list)
+    held: list[Node] = field(default_factory=list)
+    reservations: list[tuple[int, int]] = field(default_factory=list)
+    now: float = 0.0
+
+    def insert(self, chain: list[int]) -> None:
+        """Match, lock the match, reserve the rest, insert, hold a lock on the new end."""
+        tree = self.tree
+        self.now += 1.0
+        match = tree.match(chain)
+        tree.lock(match.device_node)
+        need = len(chain) - match.device_pages
+        slots = 1 if tree.has_mamba else 0
+        if tree.reserve(need, slots):
+            node, _ = tree.insert(chain, self.now)
+            self.inserted.append(chain)
+            tree.release(need, slots)
+            tree.lock(node)
+            self.held.append(node)
+        else:
+            self.check_stuck(need, slots)
+        tree.unlock(match.device_node)
+
+    def reserve(self, kv: int, slots: int) -> None:
+        if self.tree.reserve(kv, slots):
+            self.reservations.append((kv, slots if self.tree.has_mamba else 0))
+        else:
+            self.check_stuck(kv, slots)
+
+    def check_stuck(self, kv: int, slots: int) -> None:
+        """A failed reserve means nothing evictable was left for the short resource."""
+        tree = self.tree
+        nodes = tree.iter_nodes()
+        kv_short = tree.kv_free() < kv and not any(
+            n.on_device and n.lock_ref == 0 and not any(c.on_device for c in n.children.values())
+            for n in nodes
+        )
+        mamba_free = (tree.mamba_capacity or 0) - tree.mamba_used - tree.mamba_reserved
+        mamba_short = (
+            tree.has_mamba
+            and mamba_free < slots
+            and not any(n.mamba_resident and n.lock_ref == 0 for n in nodes)
+        )
+        assert kv_short or mamba_short, "reserve failed although evictable state was left"
+
+    def apply(self, op: Op) -> None:
+        kind, a, b = op
+        if kind == "insert":
+            chain = CHAINS[a % len(CHAINS)]
+            self.insert(chain[: 1 + b % len(chain)])
+        elif kind == "unlock" and self.held:
+            self.tree.unlock(self.held.pop(a % len(self.held)))
+        elif kind == "reserve":
+            self.reserve(a, b % 2)
+        elif kind == "release" and self.reservations:
+            kv, slots = self.reservations.pop(a % len(self.reservations))
+            self.tree.release(kv, slots)
+        elif kind == "touch" and self.held:
+            self.now += 1.0
+            self.tree.touch(self.held[a % len(self.held)], self.now)
+
+    def check(self) -> None:
+        tree = self.tree
+        nodes = tree.iter_nodes()
+        assert tree.nodes == len(nodes)
+        assert tree.kv_used + tree.kv_reserved <= tree.kv_capacity
+        assert tree.kv_used == sum(len(n.pages) for n in nodes if n.on_device)
+        assert tree.kv_reserved == sum(kv for kv, _ in self.reservations)
+        if tree.swa_capacity is not None:
+            assert tree.swa_used <= tree.swa_capacity
+            assert tree.swa_used == sum(len(n.pages) for n in nodes if n.swa_resident)
+        if tree.mamba_capacity is not None:
+            assert tree.mamba_used + tree.mamba_reserved <= tree.mamba_capacity
+            assert tree.mamba_used == sum(1 for n in nodes if n.mamba_resident)
+            assert tree.mamba_reserved == sum(s for _, s in self.reservations)
+
+        prefix: dict[int, list[int]] = {id(tree.root): []}
+        stack = [tree.root]
+        while stack:
+            parent = stack.pop()
+            for first, node in parent.children.items():
+                assert node.alive and node.pages and node.pages[0] == first
+                assert node.parent is parent and node.start == parent.end
+                path = prefix[id(parent)] + node.pages
+                assert any(c[: len(path)] == path for c in self.inserted), path
+                assert node.on_device  # device-only tree: every live node is on the device
+                prefix[id(node)] = path
+                stack.append(node)
+
+        for node in self.held:
+            assert node.alive and node.on_device
+        subtree_locks: dict[int, int] = {}
+        for node in self.held:
+            walk: Node | None = node
+            while walk is not None:
+                subtree_locks[id(walk)] = subtree_locks.get(id(walk), 0) + 1
+                walk = walk.parent
+        for node in nodes:
+            assert node.lock_ref == subtree_locks.get(id(node), 0)
+        assert tree.root.lock_ref == 1 + len(self.held)
+
+
+op_strategy = st.one_of(
+    st.tuples(st.just("insert"), st.integers(0, 50), st.integers(0, 50)),
+    st.tuples(st.just("insert"), st.integers(0, 50), st.integers(0, 50)),
+    st.tuples(st.just("unlock"), st.integers(0, 50), st.just(0)),
+    st.tuples(st.just("reserve"), st.integers(0, 12), st.integers(0, 1)),
+    st.tuples(st.just("release"), st.integers(0, 50), st.just(0)),
+    st.tuples(st.just("touch"), st.integers(0, 50), st.just(0)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    kv=st.integers(4, 30),
+    swa=st.one_of(st.none(), st.integers(2, 20)),
+    mamba=st.one_of(st.none(), st.integers(1, 4)),
+    ops=st.lists(op_strategy, max_size=40),
+)
+def test_random_operation_sequences_keep_invariants(
+    kv: int, swa: int | None, mamba: int | None, ops: list[Op]
+) -> None:
+    """Capacity, accounting, structure and lock invariants hold after every step."""
+    driver = Driver(make_tree(kv=kv, swa=swa, mamba=mamba))
+    driver.check()
+    for op in ops:
+        driver.apply(op)
+        driver.check()
