@@ -101,16 +101,26 @@ def cli() -> None:
 @click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
 @_set_option
 @_force_option
+@click.option(
+    "--storage-trace",
+    is_flag=True,
+    help="Also record every storage access (storage_trace.parquet, for export-trace).",
+)
 @_bad_input
 def run_cmd(
-    scenario: str, out: Path | None, seed: int | None, overrides: tuple[str, ...], force: bool
+    scenario: str,
+    out: Path | None,
+    seed: int | None,
+    overrides: tuple[str, ...],
+    force: bool,
+    storage_trace: bool,
 ) -> None:
     """Run one scenario and write a run directory."""
     from sim.outputs.results import default_out, write_atomically, write_run
 
     sc = _load(scenario, overrides, seed)
     _refuse_existing(out, force)
-    result = run(sc)
+    result = run(sc, storage_trace=storage_trace)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")
     written = write_atomically(target, lambda d: write_run(result, d), force=force)
     _print_summary(result)
@@ -182,6 +192,30 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
             lines += 1
     extra = f", trace {path} ({lines} requests)" if path is not None else ""
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
+
+
+@cli.command("export-trace")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--pool", default="kv", show_default=True, help="Storage pool to export.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="CSV file to write (default: RUN_DIR/storage_trace_<pool>.csv).",
+)
+@_bad_input
+def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
+    """Write a run's storage accesses of one pool as a libCacheSim CSV trace."""
+    from sim.outputs.results import export_libcachesim_csv
+
+    target = out or run_dir / f"storage_trace_{pool}.csv"
+    try:
+        n = export_libcachesim_csv(run_dir, pool, target)
+    except FileNotFoundError as exc:
+        raise ScenarioError(str(run_dir), "storage_trace.parquet", str(exc)) from None
+    except ValueError as exc:
+        raise ScenarioError(str(run_dir), "--pool", str(exc)) from None
+    click.echo(f"wrote {target} ({n} requests of pool {pool})")
 
 
 @cli.command("schema")

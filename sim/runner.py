@@ -28,10 +28,19 @@ def _frame(rows: list[Any], columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=list(columns))
 
 
-def run(scenario: Scenario, workload: Workload | None = None) -> RunResult:
-    """Simulate `scenario` to its horizon and summarise it (warm-up excluded)."""
+STORAGE_TRACE_COLUMNS = ("t_s", "pool", "op", "key", "size_bytes", "hit")
+
+
+def run(
+    scenario: Scenario, workload: Workload | None = None, *, storage_trace: bool = False
+) -> RunResult:
+    """Simulate `scenario` to its horizon and summarise it (warm-up excluded).
+
+    With `storage_trace`, every storage access that touches a pool's LRU is kept in the table
+    `storage_trace` (for `export-trace` and the libCacheSim cross-check).
+    """
     started = time.perf_counter()
-    sim = Simulation(scenario, workload).run()
+    sim = Simulation(scenario, workload, storage_trace=storage_trace).run()
     wall_s = time.perf_counter() - started
     rec = sim.records
     pools = tuple(f"storage_{p}_bytes" for p in ("kv", "swa", "mamba") if p in sim.storage.pools)
@@ -43,6 +52,8 @@ def run(scenario: Scenario, workload: Workload | None = None) -> RunResult:
         "writes": _frame(rec.writes, WriteRecord._fields),
         "timeseries": _frame(rec.timeseries, TIMESERIES_COLUMNS + pools),
     }
+    if storage_trace:
+        tables["storage_trace"] = _storage_trace(sim)
     loops = sim.loops.all_loops()
     summary = summarize(
         tables,
@@ -52,4 +63,22 @@ def run(scenario: Scenario, workload: Workload | None = None) -> RunResult:
         wall_s=wall_s,
         counters=sim.counters,
     )
+    for name, pool in sim.storage.pools.items():
+        summary[f"storage_{name}_get_hits"] = pool.get_hits
+        summary[f"storage_{name}_get_misses"] = pool.get_misses
+        summary[f"storage_{name}_put_hits"] = pool.put_hits
+        summary[f"storage_{name}_put_inserts"] = pool.put_inserts
+        summary[f"storage_{name}_evictions"] = pool.evictions
     return RunResult(scenario, summary, tables, loops)
+
+
+def _storage_trace(sim: Simulation) -> pd.DataFrame:
+    """All pools' access logs merged in time order (stable: pool order breaks ties)."""
+    frames = [
+        pd.DataFrame.from_records(
+            pool.access_log or [], columns=["t_s", "op", "key", "hit"]
+        ).assign(pool=name, size_bytes=pool.object_bytes)
+        for name, pool in sim.storage.pools.items()
+    ]
+    merged = pd.concat(frames, ignore_index=True).sort_values("t_s", kind="stable")
+    return merged[list(STORAGE_TRACE_COLUMNS)].reset_index(drop=True)

@@ -125,15 +125,6 @@ def test_heal_rule_does_not_change_the_arrivals() -> None:
     pd.testing.assert_frame_equal(none.tables["requests"][cols], keep.tables["requests"][cols])
 
 
-def test_multiturn_round_k_hit_rate_is_k_over_k_plus_one_when_nothing_is_evicted() -> None:
-    result = run(load_scenario(REPO / "scenarios" / "multiturn.yaml"))
-    req = result.tables["requests"]
-    assert (req["outcome"] == "finished").all()
-    for turn, group in req.groupby("turn"):
-        hit = group["device_hit_tokens"].sum() / group["prompt_tokens"].sum()
-        assert hit == pytest.approx(turn / (turn + 1), abs=0.01), turn
-
-
 def test_demo_heal_closes_loops_and_none_does_not() -> None:
     scenario = load_scenario(REPO / "scenarios" / "demo.yaml")
     none = run(scenario.model_copy(update={"heal": "none"})).summary

@@ -167,8 +167,8 @@ def test_get_stops_at_first_miss() -> None:
     assert pool.access_log is not None
     pool.access_log.clear()
     assert pool.get([1, 2, 3, 4]) == 2
-    assert (pool.hits, pool.misses) == (2, 1)
-    assert pool.access_log == [("get", 1), ("get", 2), ("get", 3)]
+    assert (pool.get_hits, pool.get_misses) == (2, 1)
+    assert pool.access_log == [(0.0, "get", 1, True), (0.0, "get", 2, True)]
 
 
 def test_get_of_all_present_serves_all() -> None:

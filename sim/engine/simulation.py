@@ -72,7 +72,9 @@ class Job:
 class Simulation:
     """Builds the model for a scenario and runs it to `duration_s`."""
 
-    def __init__(self, scenario: Scenario, workload: Workload | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, workload: Workload | None = None, *, storage_trace: bool = False
+    ) -> None:
         self.sc = scenario
         m = scenario.model
         self.page_size = m.page_size
@@ -96,6 +98,9 @@ class Simulation:
         self.storage = Storage(
             {p: self._storage_pool(p) for p in m.pools}, window_pages=self.window_pages
         )
+        if storage_trace:
+            for pool in self.storage.pools.values():
+                pool.access_log = []
         self.existence = ExistenceCache(scenario.existence_cache.entries, enabled=self.buffer_only)
         self.heal_rule = RULES[scenario.heal]
         self.inflight = InflightPages()
@@ -244,7 +249,7 @@ class Simulation:
             )
             if op.terminated:
                 break
-            served = kv.get(batch)
+            served = kv.get(batch, env.now)
             op.completed_pages += served
             op.kv_read_pages += served
             if served < len(batch):
@@ -258,7 +263,7 @@ class Simulation:
                 yield from self._transfer(self.read_channel, size, self._read_bps)
                 if op.terminated:
                     break
-                transfer.hit_pages = pool.get(transfer.keys)
+                transfer.hit_pages = pool.get(transfer.keys, env.now)
                 op.aux_read_bytes += transfer.hit_pages * pool.object_bytes
         op.done = True
         self.poke()

@@ -33,10 +33,13 @@ class StoragePool:
     put_fail_prob: float
     rng: np.random.Generator
     put_outage_s: tuple[float, float] | None = None
-    hits: int = 0
-    misses: int = 0
+    get_hits: int = 0
+    get_misses: int = 0
+    put_hits: int = 0
+    put_inserts: int = 0
     evictions: int = 0
-    access_log: list[tuple[str, int]] | None = None
+    access_log: list[tuple[float, str, int, bool]] | None = None
+    """When a list: every access that touches the LRU, as (time_s, op, key, hit)."""
     _lru: OrderedDict[int, None] = field(default_factory=OrderedDict)
 
     def __len__(self) -> int:
@@ -57,43 +60,40 @@ class StoragePool:
                 return i
         return len(keys)
 
-    def get(self, keys: Sequence[int]) -> int:
+    def get(self, keys: Sequence[int], now_s: float = 0.0) -> int:
         """Read keys in order; returns the leading run that was served (missing or failed stops).
 
-        Every key up to and including the first miss is an access (hit or miss) for the LRU; a
-        failed get of a stored object counts as a miss of the request but still refreshes it.
+        A read of a stored object refreshes it even when the get then fails; a read of a missing
+        object changes nothing (a storage backend does not insert on a missed read).
         """
         lru = self._lru
         fails = self._draws(len(keys), self.get_fail_prob)
         log = self.access_log
         for i, key in enumerate(keys):
-            present = key in lru
+            if key not in lru:
+                self.get_misses += 1
+                return i
+            lru.move_to_end(key)
+            self.get_hits += 1
             if log is not None:
-                log.append(("get", key))
-            if present:
-                lru.move_to_end(key)
-                self.hits += 1
-            else:
-                self.misses += 1
-            if not present or (fails is not None and fails[i]):
+                log.append((now_s, "get", key, True))
+            if fails is not None and fails[i]:
                 return i
         return len(keys)
 
     def put(self, keys: Sequence[int], now_s: float) -> list[bool]:
         """Write keys; each may fail independently (then nothing is stored for it)."""
-        outage = (
-            self.put_outage_s is not None and self.put_outage_s[0] <= now_s < self.put_outage_s[1]
-        )
+        window = self.put_outage_s
+        outage = window is not None and window[0] <= now_s < window[1]
         fails = self._draws(len(keys), self.put_fail_prob)
         ok: list[bool] = []
         for i, key in enumerate(keys):
             failed = outage or (fails is not None and bool(fails[i]))
             ok.append(not failed)
-            if failed:
-                continue
-            if self.access_log is not None:
-                self.access_log.append(("put", key))
-            self._insert(key)
+            if not failed:
+                hit = self._insert(key)
+                if self.access_log is not None:
+                    self.access_log.append((now_s, "put", key, hit))
         return ok
 
     def evict_random(self, rng: np.random.Generator) -> int | None:
@@ -108,19 +108,23 @@ class StoragePool:
                 return key
         return None
 
-    def _insert(self, key: int) -> None:
+    def _insert(self, key: int) -> bool:
+        """Store or refresh a key; True when it was already stored (an LRU hit)."""
         lru = self._lru
         if key in lru:
             lru.move_to_end(key)
-            return
+            self.put_hits += 1
+            return True
+        self.put_inserts += 1
         cap = self.capacity_objects
         if cap is not None:
             if cap == 0:
-                return
+                return False
             while len(lru) >= cap:
                 lru.popitem(last=False)
                 self.evictions += 1
         lru[key] = None
+        return False
 
     def _draws(self, n: int, prob: float) -> np.ndarray | None:
         if prob <= 0.0 or n == 0:

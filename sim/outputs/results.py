@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
 from sim.runner import RunResult
@@ -64,8 +65,36 @@ def write_run(result: RunResult, directory: Path) -> None:
     (directory / "meta.json").write_text(
         json.dumps(meta(result.summary["wall_s"], result.scenario.seed), indent=2) + "\n"
     )
-    for name in TABLES:
-        result.tables[name].to_parquet(directory / f"{name}.parquet", index=False)
+    for name in (*TABLES, "storage_trace"):
+        if name in result.tables:
+            result.tables[name].to_parquet(directory / f"{name}.parquet", index=False)
+
+
+def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
+    """Write one pool's storage accesses as a CSV that libCacheSim's CSV reader takes.
+
+    Columns: `timestamp` (integer microseconds of simulated time), `obj_id` (the page or state
+    key), `obj_size` (bytes). Returns the number of requests written.
+    """
+    trace_path = run_dir / "storage_trace.parquet"
+    if not trace_path.exists():
+        raise FileNotFoundError(f"{trace_path} not found: run with --storage-trace first")
+    config = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
+    pools = ["kv", *(p for p in ("swa", "mamba") if config["model"].get(p))]
+    if pool not in pools:
+        raise ValueError(f"pool {pool!r} is not in this run (pools: {', '.join(pools)})")
+    trace = pd.read_parquet(trace_path)
+    rows = trace[trace["pool"] == pool]
+    frame = pd.DataFrame(
+        {
+            "timestamp": (rows["t_s"] * 1e6).round().astype("int64"),
+            "obj_id": rows["key"].astype("int64"),
+            "obj_size": rows["size_bytes"].astype("int64"),
+        }
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out, index=False)
+    return len(frame)
 
 
 def write_atomically(target: Path, fill: Callable[[Path], None], force: bool = False) -> Path:
