@@ -177,6 +177,134 @@ def compare_cmd(
     click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
 
 
+@cli.command("sweep")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option(
+    "--executor",
+    type=click.Choice(["serial", "process", "dask"]),
+    default="process",
+    show_default=True,
+    help="Where the runs execute; results are identical whatever the choice.",
+)
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Default: cores.")
+@click.option("--scheduler", default=None, help="Dask scheduler address to join (dask only).")
+@click.option("--seeds", type=click.IntRange(min=1), default=None, help="Override sweep.seeds.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Sweep directory; rerunning into it computes only the missing runs.",
+)
+@_set_option
+@_bad_input
+def sweep_cmd(
+    scenario: str,
+    executor: str,
+    workers: int | None,
+    scheduler: str | None,
+    seeds: int | None,
+    out: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
+    from sim.outputs.plot import plot_sweep
+    from sim.outputs.results import default_out, meta
+    from sim.sweep import plan, run_sweep
+
+    sc = _load(scenario, overrides)
+    tasks = plan(sc, scenario, seeds)
+    target = out or default_out(RESULTS_ROOT, sc.name, "sweep")
+    provenance = {
+        "scenario": sc.name,
+        "grid": sc.sweep.grid if sc.sweep else {},
+        **meta(0.0, sc.seed),
+    }
+    outcome = run_sweep(
+        tasks,
+        target,
+        executor=executor,
+        workers=workers,
+        scheduler=scheduler,
+        provenance=provenance,
+    )
+    for path in plot_sweep(target):
+        click.echo(f"wrote {path}")
+    click.echo(
+        f"{len(tasks)} runs ({outcome.computed} computed, {outcome.reused} reused) -> {target}"
+    )
+    if outcome.failed:
+        for fail in outcome.failed:
+            click.echo(
+                f"failed: point {fail['values']} seed {fail['seed']}: {fail['error']}", err=True
+            )
+        raise SystemExit(1)
+
+
+@cli.command("capacity")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--param", required=True, help="Dotted scenario key to size, e.g. device.swa_pages.")
+@click.option(
+    "--target", required=True, help="METRIC>=VALUE or METRIC<=VALUE, e.g. heal_rate>=0.9."
+)
+@click.option(
+    "--range",
+    "bounds",
+    nargs=2,
+    type=str,
+    default=None,
+    metavar="LOW HIGH",
+    help="Bisect this range (integers give an integer search).",
+)
+@click.option("--values", default=None, help="Comma-separated values to scan instead of bisecting.")
+@click.option("--tolerance", type=float, default=None, help="Bisection resolution.")
+@click.option("--seeds", type=click.IntRange(min=2), default=5, show_default=True)
+@click.option("--executor", type=click.Choice(["serial", "process", "dask"]), default="process")
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+@_out_option
+@_set_option
+@_bad_input
+def capacity_cmd(
+    scenario: str,
+    param: str,
+    target: str,
+    bounds: tuple[str, str] | None,
+    values: str | None,
+    tolerance: float | None,
+    seeds: int,
+    executor: str,
+    workers: int | None,
+    out: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Smallest value of --param that meets --target with 95 % confidence across seeds."""
+    from sim.capacity import CapacitySearch
+    from sim.outputs.results import default_out
+    from sim.scenario import parse_override
+
+    sc = _load(scenario, overrides)
+    if (bounds is None) == (values is None):
+        raise ScenarioError("capacity", "--range/--values", "give exactly one of them")
+    target_dir = out or default_out(RESULTS_ROOT, sc.name, "capacity")
+    search = CapacitySearch(
+        sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
+    )
+    if values is not None:
+        answer = search.scan([parse_override(f"v={v}")[1] for v in values.split(",")])
+    else:
+        assert bounds is not None
+        low, high = (parse_override(f"v={b}")[1] for b in bounds)
+        answer = search.bisect(low, high, tolerance)
+    search.save(answer)
+    for ev in answer.evaluations:
+        verdict = "meets" if ev.meets else "fails"
+        click.echo(
+            f"{param}={ev.value:.6g}: mean {ev.mean:.4g} CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] "
+            f"n={ev.n} {verdict}"
+        )
+    click.echo(answer.describe())
+    click.echo(f"evidence in {target_dir}")
+
+
 @cli.command("validate")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @_set_option

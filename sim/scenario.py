@@ -166,7 +166,11 @@ Workload = Annotated[
 
 class SweepSpec(_Strict):
     seeds: PositiveInt = 1
-    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
+    target: (
+        Annotated[str, Field(pattern=r"^\s*[a-z0-9_]+\s*(>=|<=)\s*-?[0-9.eE+-]+\s*$")] | None
+    ) = None
+    """Optional 'METRIC>=VALUE' drawn as a contour on heatmaps."""
 
 
 class Scenario(_Strict):

@@ -1,15 +1,21 @@
-"""Plots from result directories (headless: the Agg backend, PNG)."""
+"""Plots from result directories (headless: the Agg backend; PNG and SVG)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import yaml
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from sim.sweep import parse_target
 
 COMPARE_PANELS = (
     ("discard_rate", "discard rate"),
@@ -47,10 +53,7 @@ def plot_comparison(directory: Path) -> Path:
     config = directory / str(table["heal"].iloc[0]) / "config.resolved.yaml"
     name = yaml.safe_load(config.read_text())["name"] if config.exists() else directory.name
     fig.suptitle(f"{name}: heal rules compared on the same seed")
-    out = directory / "comparison.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, directory, "comparison")[0]
 
 
 def plot_run(directory: Path) -> Path:
@@ -75,15 +78,121 @@ def plot_run(directory: Path) -> Path:
     axes[1, 1].legend(fontsize=8)
     for ax in axes.ravel():
         ax.set_xlabel("simulated time (s)")
-    out = directory / "timeseries.png"
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, directory, "timeseries")[0]
 
 
 def plot_directory(directory: Path) -> list[Path]:
+    if (directory / "sweep.json").exists():
+        return plot_sweep(directory)
     if (directory / "comparison.csv").exists():
         return [plot_comparison(directory)]
     if (directory / "timeseries.parquet").exists():
         return [plot_run(directory)]
     raise FileNotFoundError(f"{directory}: neither comparison.csv nor timeseries.parquet found")
+
+
+def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
+    paths = [directory / f"{stem}.png", directory / f"{stem}.svg"]
+    for path in paths:
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def _numeric(values: list[object]) -> bool:
+    return all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values if v is not None
+    )
+
+
+def _scale_x(ax: Axes, xs: list[float]) -> None:
+    """Log x when the swept values span two decades or more (symlog when zero is among them)."""
+    positive = [x for x in xs if x > 0]
+    if len(positive) >= 2 and max(positive) / min(positive) >= 100:
+        if len(positive) < len(xs):
+            ax.set_xscale("symlog", linthresh=min(positive))
+        else:
+            ax.set_xscale("log")
+
+
+def plot_sweep(directory: Path, target: str | None = None) -> list[Path]:
+    """Heal-rate curves with 95 % bands, loop-length CCDFs, and a heatmap for 2-D grids."""
+    meta = json.loads((directory / "sweep.json").read_text())
+    grid: dict[str, list[object]] = meta.get("grid", {})
+    points = pd.read_csv(directory / "points.csv")
+    if points.empty or not grid:
+        return []
+    target = target or meta.get("target")
+    numeric = [k for k, v in grid.items() if _numeric(v) and len(v) > 1]
+    groups = [k for k in grid if k not in numeric[:1]]
+    paths: list[Path] = []
+    if numeric:
+        paths += _curves(directory, points, numeric[0], groups)
+    paths += _loop_ccdf(directory, [k for k in grid if k not in numeric] or list(grid)[:1])
+    if len(numeric) >= 2:
+        paths += _heatmap(directory, points, numeric[0], numeric[1], target)
+    return paths
+
+
+def _label(row: pd.Series, keys: list[str]) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={row[k]}" for k in keys) or "all"
+
+
+def _curves(directory: Path, points: pd.DataFrame, x: str, groups: list[str]) -> list[Path]:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    for ax, metric in zip(axes, ("heal_rate", "discard_rate"), strict=True):
+        data = points[points["metric"] == metric]
+        keyed = data.groupby(groups, dropna=False, sort=False) if groups else [((), data)]
+        for _, series in keyed:
+            series = series.sort_values(x)
+            xs = series[x].astype(float)
+            ax.plot(xs, series["mean"], marker="o", label=_label(series.iloc[0], groups))
+            ax.fill_between(xs, series["ci_low"], series["ci_high"], alpha=0.2)
+        _scale_x(ax, points[x].astype(float).unique().tolist())
+        ax.set_xlabel(x)
+        ax.set_ylabel(f"{metric} (mean, 95 % CI over seeds)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"heal rate and discard rate against {x}")
+    return _save(fig, directory, "sweep_curves")
+
+
+def _loop_ccdf(directory: Path, by: list[str]) -> list[Path]:
+    lengths: dict[str, list[int]] = {}
+    records = [json.loads(p.read_text()) for p in (directory / "tasks").glob("*.json")]
+    for record in sorted(records, key=lambda r: (r["point"], r["seed_index"])):
+        label = ", ".join(f"{k.split('.')[-1]}={record['values'].get(k)}" for k in by)
+        lengths.setdefault(label, []).extend(record.get("loop_lengths", []))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5), layout="constrained")
+    for label, values in lengths.items():
+        if not values:
+            continue
+        xs = np.sort(np.asarray(values))
+        ccdf = 1.0 - np.arange(len(xs)) / len(xs)
+        ax.step(xs, ccdf, where="post", label=f"{label} ({len(xs)} loops)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("loop length (discards)")
+    ax.set_ylabel("P(length ≥ x)")
+    ax.set_title("loop-length CCDF, all seeds and points")
+    ax.legend(fontsize=8)
+    return _save(fig, directory, "loop_ccdf")
+
+
+def _heatmap(
+    directory: Path, points: pd.DataFrame, x: str, y: str, target: str | None
+) -> list[Path]:
+    metric, op, bound = parse_target(target) if target else ("heal_rate", ">=", None)
+    data = points[points["metric"] == metric]
+    table = data.pivot_table(index=y, columns=x, values="mean", aggfunc="mean")
+    fig, ax = plt.subplots(figsize=(7, 5), layout="constrained")
+    mesh = ax.imshow(table.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
+    ax.set_yticks(range(len(table.index)), [str(i) for i in table.index])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    fig.colorbar(mesh, label=f"{metric} (mean over seeds and other keys)")
+    if bound is not None and min(table.shape) >= 2:
+        ax.contour(table.to_numpy(), levels=[bound], colors="white", linewidths=2)
+        ax.set_title(f"{metric}; white line: target {metric} {op} {bound}")
+    return _save(fig, directory, f"heatmap_{metric}")

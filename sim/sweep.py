@@ -1,0 +1,316 @@
+"""Sweeps: a scenario's grid × seeds on any executor, resumable, with per-point statistics.
+
+Every task is a fully resolved scenario document, so a task's result is a pure function of it:
+the executor (serial, a process pool, a dask cluster) changes only where it runs, never what it
+returns, and results are sorted by (point, seed) rather than completion order. Each finished
+task is saved as `tasks/<hash>.json` the moment it returns, keyed by a hash of its resolved
+document, so a rerun into the same directory computes only what is missing. A task that raises
+becomes a failure record; the others finish.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from tqdm import tqdm
+
+from sim.runner import run
+from sim.scenario import (
+    Scenario,
+    ScenarioError,
+    apply_override,
+    build_scenario,
+    scenario_document,
+)
+
+EXECUTORS = ("serial", "process", "dask")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One (grid point, seed) of a sweep, with its resolved scenario document."""
+
+    point: int
+    values: tuple[tuple[str, Any], ...]
+    seed_index: int
+    seed: int
+    doc: dict[str, Any]
+    key: str
+
+
+def sweep_seeds(root_seed: int, n: int) -> list[int]:
+    """Replication seeds: children of the scenario's seed, the same at every grid point (CRN)."""
+    children = np.random.SeedSequence(root_seed).spawn(n)
+    return [int(child.generate_state(1, dtype=np.uint32)[0]) for child in children]
+
+
+def plan(scenario: Scenario, source: str, seeds: int | None = None) -> list[Task]:
+    """Expand the grid × seeds into validated tasks; a bad grid value is a ScenarioError."""
+    if scenario.sweep is None:
+        raise ScenarioError(source, "sweep", "the scenario has no sweep section")
+    grid = scenario.sweep.grid
+    base = scenario_document(scenario)
+    base.pop("sweep", None)
+    seed_list = sweep_seeds(scenario.seed, seeds or scenario.sweep.seeds)
+    keys = list(grid)
+    tasks = []
+    for point, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
+        values = tuple(zip(keys, combo, strict=True))
+        for seed_index, seed in enumerate(seed_list):
+            doc = copy.deepcopy(base)
+            for key, value in values:
+                apply_override(doc, key, value, source=f"{source}: sweep.grid")
+            doc["seed"] = seed
+            try:
+                resolved = scenario_document(build_scenario(doc, source))
+            except ScenarioError as exc:
+                raise ScenarioError(
+                    source, f"sweep.grid.{exc.key}", f"{exc.message} (point {dict(values)})"
+                ) from None
+            digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
+            tasks.append(Task(point, values, seed_index, seed, resolved, digest[:20]))
+    return tasks
+
+
+def execute(doc: dict[str, Any]) -> dict[str, Any]:
+    """Run one resolved scenario; any exception becomes a failure record (picklable)."""
+    try:
+        result = run(build_scenario(doc, "<sweep task>"))
+    except Exception as exc:
+        return {
+            "summary": None,
+            "loop_lengths": [],
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(),
+        }
+    return {
+        "summary": result.summary,
+        "loop_lengths": [loop.length for loop in result.loops],
+        "error": None,
+        "traceback": None,
+    }
+
+
+def _dispatch(
+    tasks: list[Task], executor: str, workers: int, scheduler: str | None
+) -> Iterator[tuple[Task, dict[str, Any]]]:
+    if not tasks:
+        return
+    if executor == "serial":
+        for task in tasks:
+            yield task, execute(task.doc)
+    elif executor == "process":
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(execute, task.doc): task for task in tasks}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+    elif executor == "dask":
+        yield from _dispatch_dask(tasks, workers, scheduler)
+    else:
+        raise ValueError(f"unknown executor {executor!r}")
+
+
+def _dispatch_dask(
+    tasks: list[Task], workers: int, scheduler: str | None
+) -> Iterator[tuple[Task, dict[str, Any]]]:
+    from distributed import Client, LocalCluster
+    from distributed import as_completed as dask_completed
+
+    if scheduler:
+        client = Client(scheduler)
+        cluster = None
+    else:
+        cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        client = Client(cluster)
+    try:
+        futures = client.map(execute, [t.doc for t in tasks], key=[f"sim-{t.key}" for t in tasks])
+        by_key = {f"sim-{t.key}": t for t in tasks}
+        for future in dask_completed(futures):
+            yield by_key[future.key], future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+@dataclass
+class SweepOutcome:
+    runs: pd.DataFrame
+    points: pd.DataFrame
+    computed: int
+    reused: int
+    failed: list[dict[str, Any]]
+
+
+def compute(
+    tasks: list[Task],
+    task_dir: Path,
+    *,
+    executor: str = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+) -> tuple[list[dict[str, Any]], int]:
+    """Run the tasks without a finished record in `task_dir`; returns all records, in task order,
+    and how many were computed now."""
+    workers = workers or os.cpu_count() or 1
+    task_dir.mkdir(parents=True, exist_ok=True)
+    todo = [t for t in tasks if not _finished(task_dir / f"{t.key}.json")]
+    bar = tqdm(
+        total=len(tasks),
+        initial=len(tasks) - len(todo),
+        desc="runs",
+        unit="run",
+        file=sys.stderr,
+        disable=not progress,
+    )
+    with bar:
+        for task, record in _dispatch(todo, executor, workers, scheduler):
+            record.update(
+                point=task.point,
+                values=dict(task.values),
+                seed_index=task.seed_index,
+                seed=task.seed,
+                key=task.key,
+            )
+            _write_json(task_dir / f"{task.key}.json", record)
+            bar.update(1)
+    records = [json.loads((task_dir / f"{t.key}.json").read_text()) for t in tasks]
+    return records, len(todo)
+
+
+def run_sweep(
+    tasks: list[Task],
+    out: Path,
+    *,
+    executor: str = "process",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    provenance: dict[str, Any] | None = None,
+) -> SweepOutcome:
+    """Run the tasks not already finished in `out`, then write runs.parquet and points.csv."""
+    started = time.perf_counter()
+    records, computed = compute(
+        tasks,
+        out / "tasks",
+        executor=executor,
+        workers=workers,
+        scheduler=scheduler,
+        progress=progress,
+    )
+    runs = runs_table(tasks, records)
+    points = points_table(runs, [k for k, _ in tasks[0].values] if tasks else [])
+    failed = [
+        {"point": r["point"], "values": r["values"], "seed": r["seed"], "error": r["error"]}
+        for r in records
+        if r["error"]
+    ]
+    _replace_parquet(runs, out / "runs.parquet")
+    tmp = out / ".points.csv.tmp"
+    points.to_csv(tmp, index=False)
+    os.replace(tmp, out / "points.csv")
+    meta = dict(provenance or {})
+    meta.update(
+        tasks=len(tasks),
+        computed=computed,
+        reused=len(tasks) - computed,
+        failed=failed,
+        executor=executor,
+        workers=workers or os.cpu_count() or 1,
+        wall_s=round(time.perf_counter() - started, 3),
+    )
+    _write_json(out / "sweep.json", meta)
+    return SweepOutcome(runs, points, computed, len(tasks) - computed, failed)
+
+
+def parse_target(text: str) -> tuple[str, str, float]:
+    """'heal_rate>=0.9' -> ('heal_rate', '>=', 0.9)."""
+    for op in (">=", "<="):
+        metric, sep, value = text.partition(op)
+        if sep:
+            try:
+                return metric.strip(), op, float(value)
+            except ValueError:
+                break
+    raise ValueError(f"target {text!r} must look like METRIC>=VALUE or METRIC<=VALUE")
+
+
+def _finished(path: Path) -> bool:
+    if not path.exists():
+        return False
+    try:
+        return json.loads(path.read_text()).get("error") is None
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def runs_table(tasks: list[Task], records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per point × seed: the swept keys, the seed, the error (if any), every summary key."""
+    rows = []
+    for task, rec in zip(tasks, records, strict=True):
+        row: dict[str, Any] = {"point": task.point, "seed_index": task.seed_index}
+        row.update(dict(task.values))
+        row.update(seed=task.seed, key=task.key, error=rec["error"])
+        row.update(rec["summary"] or {})
+        rows.append(row)
+    return (
+        pd.DataFrame(rows)
+        .sort_values(["point", "seed_index"], kind="stable")
+        .reset_index(drop=True)
+    )
+
+
+def points_table(runs: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
+    """Per point and numeric metric: mean, std, n, and a 95 % t confidence interval over seeds."""
+    ok = runs[runs["error"].isna()]
+    skip = {"point", "seed_index", "seed", "key", "error", *swept}
+    metrics = [c for c in ok.columns if c not in skip and pd.api.types.is_numeric_dtype(ok[c])]
+    rows = []
+    for point, group in ok.groupby("point", sort=True):
+        head = {"point": point, **{k: group[k].iloc[0] for k in swept}}
+        for metric in metrics:
+            rows.append({**head, "metric": metric, **confidence(group[metric].dropna())})
+    return pd.DataFrame(rows)
+
+
+def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]:
+    arr = np.asarray(list(values), dtype=float)
+    n = arr.size
+    mean = float(arr.mean()) if n else float("nan")
+    std = float(arr.std(ddof=1)) if n > 1 else 0.0 if n == 1 else float("nan")
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n)) if n > 1 else 0.0
+    return {"mean": mean, "std": std, "n": n, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def _replace_parquet(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        frame.to_parquet(tmp, index=False)
+    except (TypeError, ValueError, ImportError):
+        mixed = [c for c in frame.columns if frame[c].dtype == object]
+        frame.astype({c: str for c in mixed}).to_parquet(tmp, index=False)
+    os.replace(tmp, path)
