@@ -75,14 +75,15 @@ class WriteRecord(NamedTuple):
         nbytes: int,
     ) -> WriteRecord:
         def failed(pool: str) -> int:
-            return sum(not ok for ok in aux_ok.get(pool, []))
+            oks = aux_ok.get(pool, [])
+            return len(oks) - sum(oks)
 
         return cls(
             t_s,
             node_id,
             len(pages),
             "write",
-            sum(not ok for ok in kv_ok),
+            len(kv_ok) - sum(kv_ok),
             len(aux_keys.get("swa", ())),
             failed("swa"),
             len(aux_keys.get("mamba", ())),

@@ -8,7 +8,6 @@ parent-cover gate drops a node whose parent is neither the root, believed, nor i
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -29,22 +28,32 @@ class BackupIntent:
 
 
 class InflightPages:
-    """Pages from enqueue until storage ack; they count as covered for both gates."""
+    """Pages from enqueue until storage ack; they count as covered for both gates.
+
+    A page can be in flight for two nodes at once (a split), so pages are reference counted.
+    """
 
     def __init__(self) -> None:
-        self._count: Counter[int] = Counter()
+        self._count: dict[int, int] = {}
 
     def __contains__(self, key: object) -> bool:
         return key in self._count
 
+    def __len__(self) -> int:
+        return len(self._count)
+
     def add(self, pages: Sequence[int]) -> None:
-        self._count.update(pages)
+        count = self._count
+        for key in pages:
+            count[key] = count.get(key, 0) + 1
 
     def remove(self, pages: Sequence[int]) -> None:
         count = self._count
         for key in pages:
-            count[key] -= 1
-            if count[key] <= 0:
+            left = count[key] - 1
+            if left:
+                count[key] = left
+            else:
                 del count[key]
 
 

@@ -9,8 +9,9 @@ aux object can hide behind a KV belief.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Container, Iterable, Sequence
+from itertools import repeat
 
 
 class ExistenceCache:
@@ -32,11 +33,9 @@ class ExistenceCache:
         if not self.enabled:
             return
         lru = self._lru
-        for key in keys:
-            if key in lru:
-                lru.move_to_end(key)
-            else:
-                lru[key] = None
+        last_first = list(dict.fromkeys(reversed(list(keys))))
+        deque(map(lru.pop, last_first, repeat(None)), maxlen=0)
+        lru.update(dict.fromkeys(reversed(last_first)))
         while len(lru) > self.entries:
             lru.popitem(last=False)
             self.evictions += 1

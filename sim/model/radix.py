@@ -442,6 +442,8 @@ class RadixTree:
 
 
 def _common_prefix(node_pages: list[int], pages: Sequence[int], pos: int) -> int:
+    if pages[pos : pos + len(node_pages)] == node_pages:
+        return len(node_pages)
     n = min(len(node_pages), len(pages) - pos)
     i = 0
     while i < n and node_pages[i] == pages[pos + i]:

@@ -84,16 +84,26 @@ class StoragePool:
     def put(self, keys: Sequence[int], now_s: float) -> list[bool]:
         """Write keys; each may fail independently (then nothing is stored for it)."""
         window = self.put_outage_s
-        outage = window is not None and window[0] <= now_s < window[1]
+        if window is not None and window[0] <= now_s < window[1]:
+            return [False] * len(keys)
         fails = self._draws(len(keys), self.put_fail_prob)
-        ok: list[bool] = []
-        for i, key in enumerate(keys):
-            failed = outage or (fails is not None and bool(fails[i]))
-            ok.append(not failed)
-            if not failed:
-                hit = self._insert(key)
-                if self.access_log is not None:
-                    self.access_log.append((now_s, "put", key, hit))
+        if fails is None:
+            ok, stored = [True] * len(keys), keys
+        else:
+            ok = (~fails).tolist()
+            stored = [key for key, good in zip(keys, ok, strict=True) if good]
+        if self.capacity_objects is None and self.access_log is None:
+            # Unbounded: recency never decides an eviction, so a bulk insert is equivalent.
+            before = len(self._lru)
+            self._lru.update(dict.fromkeys(stored))
+            inserted = len(self._lru) - before
+            self.put_inserts += inserted
+            self.put_hits += len(stored) - inserted
+            return ok
+        for key in stored:
+            hit = self._insert(key)
+            if self.access_log is not None:
+                self.access_log.append((now_s, "put", key, hit))
         return ok
 
     def evict_random(self, rng: np.random.Generator) -> int | None:
