@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim.outputs.metrics import is_summary_key
 from sim.scenario import Scenario, ScenarioError, SweepSpec
 from sim.sweep import compute, confidence, parse_target, plan
 
@@ -75,6 +76,8 @@ class CapacitySearch:
             self.metric, self.op, self.bound = parse_target(target)
         except ValueError as exc:
             raise ScenarioError("--target", "target", str(exc)) from None
+        if not is_summary_key(self.metric):
+            raise ScenarioError("--target", "target", f"unknown metric {self.metric!r}")
         self.scenario, self.source, self.param, self.target = scenario, source, param, target
         self.seeds, self.out, self.options = seeds, out, compute_options
         self.evaluations: dict[float, Evaluation] = {}
@@ -87,8 +90,6 @@ class CapacitySearch:
         records, _ = compute(tasks, self.out / "tasks", **self.options)
         summaries = [r["summary"] for r in records if r["error"] is None]
         values = [s[self.metric] for s in summaries if s.get(self.metric) is not None]
-        if summaries and self.metric not in summaries[0]:
-            raise ScenarioError("--target", "target", f"unknown metric {self.metric!r}")
         stats = confidence(values)
         meets = bool(values) and (
             stats["ci_low"] >= self.bound if self.op == ">=" else stats["ci_high"] <= self.bound

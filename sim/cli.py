@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -55,6 +56,10 @@ def _bad_input(fn: F) -> F:
         except FileExistsError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt as exc:
+            where = f" ({exc})" if str(exc) else ""
+            click.echo(f"interrupted{where}; no partial result directory was left", err=True)
+            sys.exit(130)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:
@@ -217,8 +222,10 @@ def sweep_cmd(
     provenance = {
         "scenario": sc.name,
         "grid": sc.sweep.grid if sc.sweep else {},
+        "target": sc.sweep.target if sc.sweep else None,
         **meta(0.0, sc.seed),
     }
+    click.echo(f"{len(tasks)} runs into {target}", err=True)
     outcome = run_sweep(
         tasks,
         target,
@@ -393,5 +400,10 @@ def _format_table(table: pd.DataFrame) -> str:
     )
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     cli(prog_name="hicache-sim")

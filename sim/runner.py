@@ -16,6 +16,10 @@ from sim.scenario import Scenario
 from sim.workload import Workload
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during a run; the message says how far the simulation got."""
+
+
 @dataclass
 class RunResult:
     scenario: Scenario
@@ -40,7 +44,14 @@ def run(
     `storage_trace` (for `export-trace` and the libCacheSim cross-check).
     """
     started = time.perf_counter()
-    sim = Simulation(scenario, workload, storage_trace=storage_trace).run()
+    sim = Simulation(scenario, workload, storage_trace=storage_trace)
+    try:
+        sim.run()
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            f"{scenario.name} interrupted at simulated time {sim.env.now:.1f} s "
+            f"of {scenario.duration_s:g} s"
+        ) from None
     wall_s = time.perf_counter() - started
     rec = sim.records
     pools = tuple(f"storage_{p}_bytes" for p in ("kv", "swa", "mamba") if p in sim.storage.pools)

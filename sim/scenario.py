@@ -176,7 +176,10 @@ class SweepSpec(_Strict):
 class Scenario(_Strict):
     """One fully resolved simulation input."""
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    name: Annotated[
+        str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+    ]
+    """Names the results folder, so it cannot start with a dot (no '..', no hidden folders)."""
     seed: NonNegInt = 0
     duration_s: PositiveFloat = 600.0
     warmup_s: NonNegFloat = 0.0
@@ -351,12 +354,17 @@ def load_scenario(
     )
     for key, value in items:
         apply_override(doc, key, value)
+    resolve_paths(doc, path.parent)
+    return build_scenario(doc, str(path))
+
+
+def resolve_paths(doc: dict[str, Any], base_dir: Path) -> None:
+    """Make a relative `workload.path` relative to the scenario file's folder, in place."""
     workload = doc.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("path"), str):
         trace = Path(workload["path"])
         if not trace.is_absolute():
-            workload["path"] = str(path.parent.resolve() / trace)
-    return build_scenario(doc, str(path))
+            workload["path"] = str(base_dir.resolve() / trace)
 
 
 def check_references(scenario: Scenario, source: str) -> None:

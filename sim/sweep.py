@@ -35,6 +35,7 @@ from sim.scenario import (
     ScenarioError,
     apply_override,
     build_scenario,
+    resolve_paths,
     scenario_document,
 )
 
@@ -76,6 +77,7 @@ def plan(scenario: Scenario, source: str, seeds: int | None = None) -> list[Task
             for key, value in values:
                 apply_override(doc, key, value, source=f"{source}: sweep.grid")
             doc["seed"] = seed
+            resolve_paths(doc, Path(source).parent)
             try:
                 resolved = scenario_document(build_scenario(doc, source))
             except ScenarioError as exc:
@@ -233,7 +235,7 @@ def run_sweep(
     tmp = out / ".points.csv.tmp"
     points.to_csv(tmp, index=False)
     os.replace(tmp, out / "points.csv")
-    meta = dict(provenance or {})
+    meta = {"grid": grid_of(tasks), **(provenance or {})}
     meta.update(
         tasks=len(tasks),
         computed=computed,
@@ -245,6 +247,17 @@ def run_sweep(
     )
     _write_json(out / "sweep.json", meta)
     return SweepOutcome(runs, points, computed, len(tasks) - computed, failed)
+
+
+def grid_of(tasks: list[Task]) -> dict[str, list[Any]]:
+    """The swept keys and their values, in grid order, recovered from the tasks."""
+    grid: dict[str, list[Any]] = {}
+    for task in tasks:
+        for key, value in task.values:
+            values = grid.setdefault(key, [])
+            if value not in values:
+                values.append(value)
+    return grid
 
 
 def parse_target(text: str) -> tuple[str, str, float]:
@@ -289,12 +302,13 @@ def points_table(runs: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     ok = runs[runs["error"].isna()]
     skip = {"point", "seed_index", "seed", "key", "error", *swept}
     metrics = [c for c in ok.columns if c not in skip and pd.api.types.is_numeric_dtype(ok[c])]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for point, group in ok.groupby("point", sort=True):
         head = {"point": point, **{k: group[k].iloc[0] for k in swept}}
         for metric in metrics:
             rows.append({**head, "metric": metric, **confidence(group[metric].dropna())})
-    return pd.DataFrame(rows)
+    columns = ["point", *swept, "metric", "mean", "std", "n", "ci_low", "ci_high"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]:

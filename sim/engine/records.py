@@ -97,6 +97,7 @@ TIMESERIES_COLUMNS = (
     "t_s",
     "discards",
     "existence_entries",
+    "stale_beliefs",
     "healed_beliefs_pending",
     "device_kv_pages",
     "device_swa_pages",

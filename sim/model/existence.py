@@ -9,6 +9,7 @@ aux object can hide behind a KV belief.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
 from collections.abc import Container, Iterable, Sequence
 from itertools import repeat
@@ -26,7 +27,7 @@ class ExistenceCache:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def __contains__(self, key: int) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._lru
 
     def add(self, keys: Iterable[int]) -> None:
@@ -59,6 +60,15 @@ class ExistenceCache:
             if key in lru:
                 lru.move_to_end(key)
         return True
+
+    def count_absent(self, stored: Container[int], sample: int = 50_000) -> int:
+        """Beliefs whose key `stored` lacks: exact up to `sample` beliefs, else a deterministic
+        stride-sample estimate (the time series calls this every sample period)."""
+        size = len(self._lru)
+        stride = max(1, -(-size // sample))
+        keys = itertools.islice(self._lru, 0, None, stride)
+        absent = sum(1 for key in keys if key not in stored)
+        return absent * stride if stride > 1 else absent
 
     def invalidate_beyond(self, span: Sequence[int], keep_pages: int) -> list[int]:
         """Drop the beliefs of span[keep_pages:]; returns the keys that were actually believed."""

@@ -45,7 +45,7 @@ class StoragePool:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def __contains__(self, key: int) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._lru
 
     @property

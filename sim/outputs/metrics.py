@@ -36,7 +36,40 @@ SUMMARY_KEYS = (
 )
 """The contract keys, in contract order; extra keys follow them in summary.json."""
 
+EXTRA_KEYS = (
+    "loops_retried",
+    "loops_healed",
+    "requests_finished",
+    "requests_unfinished",
+    "requests_rejected",
+    "prefetch_revoked",
+    "prefetch_declined",
+    "prefetch_terminated",
+    "written_pages",
+    "heal_rewrite_node_pages",
+    "write_kv_failed_pages",
+    "write_aux_failed_objects",
+    "dropped_parent_pages",
+    "heal_dropped_beliefs",
+    "hit_query_dropped_beliefs",
+)
+"""Keys after the contract ones (docs/metrics.md, "Extra keys"), besides per-pool counters."""
+
 WALL_CLOCK_KEYS = ("wall_s",)
+
+STORAGE_COUNTERS = ("get_hits", "get_misses", "put_hits", "put_inserts", "evictions")
+
+
+def is_summary_key(name: str) -> bool:
+    """Is `name` a key every summary has (contract, extra, or a per-pool storage counter)?"""
+    if name in SUMMARY_KEYS or name in EXTRA_KEYS:
+        return True
+    pool, _, counter = name.removeprefix("storage_").partition("_")
+    return (
+        name.startswith("storage_")
+        and pool in ("kv", "swa", "mamba")
+        and (counter in STORAGE_COUNTERS)
+    )
 
 
 def _ratio(num: float, den: float) -> float | None:

@@ -1,14 +1,14 @@
-"""Plots from result directories (headless: the Agg backend; PNG and SVG)."""
+"""Plots from result directories, as PNG and SVG.
+
+Figures are built with matplotlib's object API (no pyplot), so plotting works headless and
+never changes the backend of the caller (a notebook keeps its inline plots).
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import yaml
@@ -30,7 +30,8 @@ COMPARE_PANELS = (
 def plot_comparison(directory: Path) -> Path:
     """Bars of the key metrics per heal rule, and cumulative discards over time."""
     table = pd.read_csv(directory / "comparison.csv")
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7), layout="constrained")
+    fig = Figure(figsize=(16, 7), layout="constrained")
+    axes = fig.subplots(2, 4)
     flat = axes.ravel()
     colors = [f"C{i}" for i in range(len(table))]
     for ax, (key, label) in zip(flat, COMPARE_PANELS, strict=False):
@@ -60,10 +61,12 @@ def plot_run(directory: Path) -> Path:
     """A run's time series: discards, beliefs, device and storage occupancy."""
     ts = pd.read_parquet(directory / "timeseries.parquet")
     storage_cols = [c for c in ts.columns if c.startswith("storage_")]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 7), layout="constrained")
+    fig = Figure(figsize=(12, 7), layout="constrained")
+    axes = fig.subplots(2, 2)
     axes[0, 0].plot(ts["t_s"], ts["discards"])
     axes[0, 0].set_title("cumulative discards (after warm-up)")
     axes[0, 1].plot(ts["t_s"], ts["existence_entries"], label="beliefs")
+    axes[0, 1].plot(ts["t_s"], ts["stale_beliefs"], label="stale (KV object not stored)")
     axes[0, 1].plot(ts["t_s"], ts["healed_beliefs_pending"], label="dropped, not yet rewritten")
     axes[0, 1].set_title("existence cache")
     axes[0, 1].legend(fontsize=8)
@@ -95,7 +98,6 @@ def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
     paths = [directory / f"{stem}.png", directory / f"{stem}.svg"]
     for path in paths:
         fig.savefig(path, dpi=110)
-    plt.close(fig)
     return paths
 
 
@@ -139,7 +141,8 @@ def _label(row: pd.Series, keys: list[str]) -> str:
 
 
 def _curves(directory: Path, points: pd.DataFrame, x: str, groups: list[str]) -> list[Path]:
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    axes = fig.subplots(1, 2)
     for ax, metric in zip(axes, ("heal_rate", "discard_rate"), strict=True):
         data = points[points["metric"] == metric]
         keyed = data.groupby(groups, dropna=False, sort=False) if groups else [((), data)]
@@ -163,19 +166,23 @@ def _loop_ccdf(directory: Path, by: list[str]) -> list[Path]:
     for record in sorted(records, key=lambda r: (r["point"], r["seed_index"])):
         label = ", ".join(f"{k.split('.')[-1]}={record['values'].get(k)}" for k in by)
         lengths.setdefault(label, []).extend(record.get("loop_lengths", []))
-    fig, ax = plt.subplots(figsize=(6.5, 4.5), layout="constrained")
+    fig = Figure(figsize=(6.5, 4.5), layout="constrained")
+    ax = fig.subplots()
     for label, values in lengths.items():
         if not values:
             continue
         xs = np.sort(np.asarray(values))
         ccdf = 1.0 - np.arange(len(xs)) / len(xs)
         ax.step(xs, ccdf, where="post", label=f"{label} ({len(xs)} loops)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    if not ax.lines:
+        ax.text(0.5, 0.5, "no loops", ha="center", va="center", transform=ax.transAxes)
+    if ax.lines:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
     ax.set_xlabel("loop length (discards)")
     ax.set_ylabel("P(length ≥ x)")
     ax.set_title("loop-length CCDF, all seeds and points")
-    ax.legend(fontsize=8)
     return _save(fig, directory, "loop_ccdf")
 
 
@@ -185,7 +192,8 @@ def _heatmap(
     metric, op, bound = parse_target(target) if target else ("heal_rate", ">=", None)
     data = points[points["metric"] == metric]
     table = data.pivot_table(index=y, columns=x, values="mean", aggfunc="mean")
-    fig, ax = plt.subplots(figsize=(7, 5), layout="constrained")
+    fig = Figure(figsize=(7, 5), layout="constrained")
+    ax = fig.subplots()
     mesh = ax.imshow(table.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
     ax.set_yticks(range(len(table.index)), [str(i) for i in table.index])
