@@ -97,7 +97,7 @@ TIMESERIES_COLUMNS = (
     "t_s",
     "discards",
     "existence_entries",
-    "stale_beliefs",
+    "stale_beliefs_recent_4096",
     "healed_beliefs_pending",
     "device_kv_pages",
     "device_swa_pages",

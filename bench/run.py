@@ -1,0 +1,188 @@
+"""Benchmarks: the machine's SimPy yardstick, the simulator's throughput and memory, sweep speed-up.
+
+    python bench/run.py [--repeat 3] [--sizes 10000,100000,1000000] [--quick]
+
+Each case runs in a fresh subprocess (so peak RSS is that case's own) and is repeated; figures
+are medians. Results are appended to bench/results.csv with the commit, the command, versions
+and the machine; the ratios the performance targets are stated in are printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results.csv"
+TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+
+CHILD = r"""
+import json, resource, sys, time
+case = json.loads(sys.argv[1])
+if case["kind"] == "simpy":
+    import simpy
+    env = simpy.Environment()
+    def ticking(env, n):
+        for _ in range(n):
+            yield env.timeout(1)
+    env.process(ticking(env, case["events"]))
+    t = time.perf_counter(); env.run(); wall = time.perf_counter() - t
+    out = {"wall_s": wall, "events": case["events"] + 1, "requests": 0}
+else:
+    import sim
+    sc = sim.load_scenario(case["scenario"], case.get("overrides", []))
+    t = time.perf_counter(); result = sim.run(sc); wall = time.perf_counter() - t
+    out = {"wall_s": wall, "events": result.summary["events"],
+           "requests": len(result.tables["requests"])}
+out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def run_case(case: dict[str, object]) -> dict[str, float]:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(case)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def sweep_wall(executor: str, workers: int, seeds: int) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [
+            sys.executable, "-m", "sim", "sweep", "scenarios/sweeps/aux_write_failures.yaml",
+            "--executor", executor, "--workers", str(workers), "--seeds", str(seeds),
+            "--out", f"{out}/sweep",
+        ]  # fmt: skip
+        started = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
+        return time.perf_counter() - started
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def versions() -> str:
+    parts = [f"python={platform.python_version()}"]
+    for pkg in ("simpy", "numpy", "pandas", "pyarrow"):
+        parts.append(f"{pkg}={metadata.version(pkg)}")
+    return " ".join(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--quick", action="store_true", help="sizes 10k,100k; repeat 1")
+    args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.repeat = "10000,100000", 1
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+
+    cases: list[tuple[str, dict[str, object], int]] = [
+        ("simpy_timeout_loop", {"kind": "simpy", "events": 1_000_000}, args.repeat),
+        ("demo", {"kind": "sim", "scenario": "scenarios/demo.yaml"}, args.repeat),
+    ]
+    if TRACE.exists():
+        cases.append(
+            (
+                "mooncake_conversation",
+                {"kind": "sim", "scenario": "scenarios/mooncake_conversation.yaml"},
+                args.repeat,
+            )
+        )
+    for n in sizes:
+        overrides = [
+            f"workload.requests={n}",
+            f"duration_s={n / 4 + 600}",
+            "warmup_s=0",
+        ]
+        spec = {"kind": "sim", "scenario": "scenarios/demo.yaml", "overrides": overrides}
+        cases.append((f"shared_prefix_{n}", spec, args.repeat if n < 1_000_000 else 1))
+
+    rows = []
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    machine = f"{platform.machine()} {os.cpu_count()} cores {platform.system()}"
+    command = " ".join(["python", "bench/run.py", *sys.argv[1:]])
+    medians: dict[str, dict[str, float]] = {}
+    for name, case, repeat in cases:
+        samples = [run_case(case) for _ in range(repeat)]
+        wall = statistics.median(s["wall_s"] for s in samples)
+        med = {
+            "wall_s": wall,
+            "events_per_s": statistics.median(s["events"] / s["wall_s"] for s in samples),
+            "requests_per_s": statistics.median(
+                s["requests"] / s["wall_s"] for s in samples if s["requests"]
+            )
+            if samples[0]["requests"]
+            else 0.0,
+            "peak_rss_mib": max(s["peak_rss_mib"] for s in samples),
+            "us_per_request": 1e6 * wall / samples[0]["requests"] if samples[0]["requests"] else 0,
+        }
+        medians[name] = med
+        print(f"{name:24s} " + "  ".join(f"{k}={v:,.1f}" for k, v in med.items()), flush=True)
+        for metric, value in med.items():
+            rows.append(
+                [stamp, commit(), command, versions(), machine, name, metric, value, repeat]
+            )
+
+    serial = statistics.median(sweep_wall("serial", 1, 2) for _ in range(args.repeat))
+    process = statistics.median(sweep_wall("process", 2, 2) for _ in range(args.repeat))
+    for name, value in (("sweep_serial_wall_s", serial), ("sweep_process2_wall_s", process)):
+        rows.append([stamp, commit(), command, versions(), machine, name, "wall_s", value, 1])
+    print(f"sweep (20 runs): serial {serial:.1f} s, process x2 {process:.1f} s")
+
+    yard = medians["simpy_timeout_loop"]["events_per_s"]
+    print("\nratios against the targets (issue 5):")
+    if "mooncake_conversation" in medians:
+        print(f"  conversation trace wall: {medians['mooncake_conversation']['wall_s']:.2f} s")
+    for name, med in medians.items():
+        if name != "simpy_timeout_loop":
+            print(f"  {name}: events/s = {med['events_per_s'] / yard:.0%} of the bare SimPy loop")
+    small, large = f"shared_prefix_{sizes[0]}", f"shared_prefix_{sizes[-1]}"
+    if small in medians and large in medians and small != large:
+        ratio = medians[large]["us_per_request"] / medians[small]["us_per_request"]
+        print(f"  time per request at {sizes[-1]:,} / at {sizes[0]:,}: {ratio:.2f}x")
+        print(f"  peak RSS at {sizes[-1]:,}: {medians[large]['peak_rss_mib']:.0f} MiB")
+    print(f"  process sweep on 2 workers: {serial / process:.2f}x serial")
+
+    new = not RESULTS.exists()
+    with RESULTS.open("a", newline="") as handle:
+        writer = csv.writer(handle)
+        if new:
+            writer.writerow(
+                ["utc", "commit", "command", "versions", "machine", "case", "metric", "median", "n"]
+            )
+        writer.writerows(rows)
+    print(f"\nappended {len(rows)} rows to {RESULTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
