@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
+from sim.cli import cli
 from sim.scenario import Scenario, apply_override, build_scenario
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,3 +61,13 @@ def make_scenario(**overrides: Any) -> Scenario:
 @pytest.fixture
 def scenario() -> Scenario:
     return make_scenario()
+
+
+def invoke(*args: str) -> Result:
+    """Run the CLI in-process (click's runner) with these arguments."""
+    return CliRunner().invoke(cli, list(args))
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.exit_code, result.output, result.stderr)
+    return result

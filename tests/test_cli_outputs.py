@@ -14,12 +14,10 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from click.testing import CliRunner, Result
 
-from sim.cli import cli
 from sim.outputs.metrics import SUMMARY_KEYS
 from sim.scenario import Scenario, build_scenario, load_scenario
-from tests.conftest import REPO, make_doc
+from tests.conftest import REPO, invoke, make_doc, ok
 
 DESIGN = REPO.parent / "shared" / "DESIGN.md"
 
@@ -60,15 +58,6 @@ def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.write_text(yaml.safe_dump(tiny_doc(), sort_keys=False), encoding="utf-8")
     monkeypatch.chdir(work)
     return path
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
-
-
-def ok(result: Result) -> Result:
-    assert result.exit_code == 0, (result.exit_code, result.output, result.stderr)
-    return result
 
 
 def read_summary(directory: Path) -> dict[str, Any]:

@@ -18,16 +18,14 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from click.testing import CliRunner, Result
 from scipy import stats
 
 from sim.capacity import CapacitySearch
-from sim.cli import cli
 from sim.outputs.plot import plot_sweep
 from sim.runner import run
 from sim.scenario import ScenarioError, build_scenario, load_scenario
 from sim.sweep import Task, plan, run_sweep, sweep_seeds
-from tests.conftest import make_doc
+from tests.conftest import invoke, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"
 # Small device and host, 60 prefixes of 32 pages: the SWA storage pool's capacity decides how
@@ -56,15 +54,6 @@ def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return path
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
-
-
-def ok(result: Result) -> Result:
-    assert result.exit_code == 0, (result.exit_code, result.output, result.stderr)
-    return result
 
 
 def subprocess_sim(*args: str) -> subprocess.CompletedProcess[str]:
