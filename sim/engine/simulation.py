@@ -8,7 +8,7 @@ decode step, so the event count grows with requests and batches, never with page
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,7 +66,6 @@ class Job:
     recomputed_tokens: int = 0
     wake_at: float | None = None
     deadline_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Simulation:
@@ -115,14 +114,10 @@ class Simulation:
         self.write_channel = simpy.Resource(self.env, capacity=1)
         self._wake = self.env.event()
         self._host_freed = self.env.event()
-        self.counters: dict[str, int] = {
-            "prefetch_declined": 0,
-            "prefetch_revoked": 0,
-            "hit_query_dropped_beliefs": 0,
-            "heal_dropped_beliefs": 0,
-            "rejected_requests": 0,
-        }
-        self.threshold_pages = -(-max(scenario.prefetch.threshold_tokens, 1) // self.page_size)
+        self.counters: dict[str, int] = {"hit_query_dropped_beliefs": 0}
+        threshold_tokens = max(scenario.prefetch.threshold_tokens, self.page_size)
+        self.threshold_pages = -(-threshold_tokens // self.page_size)
+        """Spans and hits shorter than this are not prefetched (SGLang: max(threshold, page))."""
         self._ts_interval = scenario.duration_s / 200.0
         self._cum_discards = 0
 
@@ -198,15 +193,12 @@ class Simulation:
         match = self.tree.match(prompt)
         job = Job(req, match.host_node, match.device_pages, match.host_pages)
         if len(req.pages) + 1 > self.tree.kv_capacity:
-            self.counters["rejected_requests"] += 1
             self._record_request(job, "rejected")
             return
         self.tree.lock(match.host_node)
         self.tree.touch(match.host_node, now)
         span = tuple(prompt[match.host_pages :])
-        if len(span) >= self.threshold_pages and len(span) * self.page_size >= (
-            self.sc.prefetch.threshold_tokens
-        ):
+        if len(span) >= self.threshold_pages:
             job.op = PrefetchOp(req.rid, match.host_pages, span, now)
             self.env.process(self.prefetching(job, job.op))
         self.waiting.append(job)
@@ -225,12 +217,10 @@ class Simulation:
             dropped = self.existence.invalidate_beyond(op.span, hit)
             self.counters["hit_query_dropped_beliefs"] += len(dropped)
             self.heal_dropped.update(dropped)
-        if hit < self.threshold_pages or hit * self.page_size < sc.prefetch.threshold_tokens:
-            self.counters["prefetch_revoked"] += 1
+        if hit < self.threshold_pages:
             self._finish_prefetch(job, op, "revoked")
             return
         if not self.host.alloc_prefetch(hit):
-            self.counters["prefetch_declined"] += 1
             self._finish_prefetch(job, op, "declined")
             return
         op.hit_pages = hit
@@ -428,7 +418,6 @@ class Simulation:
         view = DiscardView(op, self.page_size, self.storage, self.window_pages)
         to_drop = self.heal_rule(view)
         dropped = self.existence.invalidate(to_drop)
-        self.counters["heal_dropped_beliefs"] += len(dropped)
         self.heal_dropped.update(dropped)
         self.loops.on_discard(span[-1], now)
         job.prefetch_outcome = "discarded"
