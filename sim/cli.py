@@ -214,7 +214,7 @@ def sweep_cmd(
     """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
     from sim.outputs.plot import plot_sweep
     from sim.outputs.results import default_out, meta
-    from sim.sweep import plan, run_sweep
+    from sim.sweep import plan, run_sweep, staging_dir
 
     sc = _load(scenario, overrides)
     tasks = plan(sc, scenario, seeds)
@@ -226,14 +226,24 @@ def sweep_cmd(
         **meta(0.0, sc.seed),
     }
     click.echo(f"{len(tasks)} runs into {target}", err=True)
-    outcome = run_sweep(
-        tasks,
-        target,
-        executor=executor,
-        workers=workers,
-        scheduler=scheduler,
-        provenance=provenance,
-    )
+    try:
+        outcome = run_sweep(
+            tasks,
+            target,
+            executor=executor,
+            workers=workers,
+            scheduler=scheduler,
+            provenance=provenance,
+        )
+    except KeyboardInterrupt:
+        kept = target if target.exists() else staging_dir(target)
+        done = len(list((kept / "tasks").glob("*.json"))) if kept.exists() else 0
+        click.echo(
+            f"interrupted after {done} of {len(tasks)} runs (kept in {kept}); "
+            f"finish with: hicache-sim sweep {scenario} --out {target}",
+            err=True,
+        )
+        sys.exit(130)
     for path in plot_sweep(target):
         click.echo(f"wrote {path}")
     click.echo(

@@ -214,11 +214,17 @@ def run_sweep(
     progress: bool = True,
     provenance: dict[str, Any] | None = None,
 ) -> SweepOutcome:
-    """Run the tasks not already finished in `out`, then write runs.parquet and points.csv."""
+    """Run the tasks not already finished in `out`, then write runs.parquet and points.csv.
+
+    A new sweep is built in a hidden sibling, `.<name>.partial`, and renamed to `out` once every
+    run has finished (or failed), so a killed sweep leaves no half-filled result directory; a
+    rerun resumes from the hidden one. An existing `out` is extended in place.
+    """
     started = time.perf_counter()
+    work = out if out.exists() else staging_dir(out)
     records, computed = compute(
         tasks,
-        out / "tasks",
+        work / "tasks",
         executor=executor,
         workers=workers,
         scheduler=scheduler,
@@ -231,10 +237,10 @@ def run_sweep(
         for r in records
         if r["error"]
     ]
-    _replace_parquet(runs, out / "runs.parquet")
-    tmp = out / ".points.csv.tmp"
+    _replace_parquet(runs, work / "runs.parquet")
+    tmp = work / ".points.csv.tmp"
     points.to_csv(tmp, index=False)
-    os.replace(tmp, out / "points.csv")
+    os.replace(tmp, work / "points.csv")
     meta = {"grid": grid_of(tasks), **(provenance or {})}
     meta.update(
         tasks=len(tasks),
@@ -245,8 +251,15 @@ def run_sweep(
         workers=workers or os.cpu_count() or 1,
         wall_s=round(time.perf_counter() - started, 3),
     )
-    _write_json(out / "sweep.json", meta)
+    _write_json(work / "sweep.json", meta)
+    if work != out:
+        os.replace(work, out)
     return SweepOutcome(runs, points, computed, len(tasks) - computed, failed)
+
+
+def staging_dir(out: Path) -> Path:
+    """Where an unfinished sweep into `out` keeps its runs."""
+    return out.with_name(f".{out.name}.partial")
 
 
 def grid_of(tasks: list[Task]) -> dict[str, list[Any]]:

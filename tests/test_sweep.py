@@ -374,9 +374,10 @@ def test_a_killed_sweep_resumes(tmp_path: Path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    staging = tmp_path / ".out.partial"
     try:
         deadline = time.monotonic() + 120
-        while not list((out / "tasks").glob("*.json")):
+        while not list((staging / "tasks").glob("*.json")):
             assert proc.poll() is None, "the sweep ended before a record was seen"
             assert time.monotonic() < deadline, "no task record appeared"
             time.sleep(0.005)
@@ -387,9 +388,9 @@ def test_a_killed_sweep_resumes(tmp_path: Path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    finished = len(list((out / "tasks").glob("*.json")))
+    finished = len(list((staging / "tasks").glob("*.json")))
     assert 1 <= finished < total
-    assert not (out / "sweep.json").exists() and not (out / "runs.parquet").exists()
+    assert not out.exists(), "a killed sweep leaves no result directory, only its hidden staging"
 
     result = ok(invoke("sweep", str(scenario), "--executor", "serial", "--out", str(out)))
     meta = sweep_meta(out)
@@ -398,6 +399,7 @@ def test_a_killed_sweep_resumes(tmp_path: Path):
     runs = pd.read_parquet(out / "runs.parquet")
     assert len(runs) == total and runs["error"].isna().all()
     assert f"({total - finished} computed, {finished} reused)" in result.output
+    assert not staging.exists()
 
 
 # --- failing points ------------------------------------------------------------------------------
