@@ -373,7 +373,7 @@ def schema_cmd() -> None:
 @click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @_bad_input
 def plot_cmd(directory: Path) -> None:
-    """Draw the plots of a run or compare directory."""
+    """Draw the plots of a run, compare or sweep directory."""
     from sim.outputs.plot import plot_directory
 
     for path in plot_directory(directory):
