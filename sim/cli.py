@@ -69,13 +69,28 @@ def _bad_input(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _load(path: str, overrides: tuple[str, ...], seed: int | None = None) -> Scenario:
+def _load(
+    path: str, overrides: tuple[str, ...], seed: int | None = None, *, scan_trace: bool = True
+) -> Scenario:
+    """Load, validate and check references; by default also read the whole trace, so that a
+    malformed line is bad input before anything runs, even past the horizon or `limit`."""
     items = list(overrides)
     if seed is not None:
         items.append(f"seed={seed}")
     scenario = load_scenario(path, items)
     check_references(scenario, path)
+    if scan_trace:
+        _trace_requests(scenario)
     return scenario
+
+
+def _trace_requests(scenario: Scenario) -> int:
+    """Requests in the scenario's trace (0 without one); a malformed line raises ScenarioError."""
+    path = scenario.trace_path()
+    if path is None:
+        return 0
+    block = scenario.workload.block_tokens  # type: ignore[union-attr]
+    return sum(1 for _ in iter_trace(path, block))
 
 
 _set_option = click.option(
@@ -164,7 +179,7 @@ def compare_cmd(
     if not rules or unknown:
         raise ScenarioError("--heal", "heal", f"unknown rule(s) {unknown}; known: {list(RULES)}")
     base = _load(scenario, overrides, seed)
-    variants = [_load(scenario, (*overrides, f"heal={h}"), seed) for h in rules]
+    variants = [_load(scenario, (*overrides, f"heal={h}"), seed, scan_trace=False) for h in rules]
     _refuse_existing(out, force)
     results = [run(v) for v in variants]
     table = pd.DataFrame([{"heal": r.scenario.heal, **r.summary} for r in results])
@@ -216,7 +231,7 @@ def sweep_cmd(
     from sim.outputs.results import default_out, meta
     from sim.sweep import plan, run_sweep, staging_dir
 
-    sc = _load(scenario, overrides)
+    sc = _load(scenario, overrides, scan_trace=False)
     tasks = plan(sc, scenario, seeds)
     target = out or default_out(RESULTS_ROOT, sc.name, "sweep")
     provenance = {
@@ -328,14 +343,10 @@ def capacity_cmd(
 @_bad_input
 def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     """Check a scenario without running it, referenced trace files included."""
-    sc = _load(scenario, overrides)
+    sc = _load(scenario, overrides, scan_trace=False)
     path = sc.trace_path()
-    lines = 0
-    if path is not None:
-        block = sc.workload.block_tokens  # type: ignore[union-attr]
-        for _ in iter_trace(path, block):
-            lines += 1
-    extra = f", trace {path} ({lines} requests)" if path is not None else ""
+    requests = _trace_requests(sc)
+    extra = f", trace {path} ({requests} requests)" if path is not None else ""
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
 
 

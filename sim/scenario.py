@@ -30,8 +30,9 @@ class ScenarioError(Exception):
         self.message = message
 
     def __str__(self) -> str:
-        where = f"{self.source}: {self.key}: " if self.key else f"{self.source}: "
-        return where + self.message
+        if self.key is None:
+            return f"{self.source}: {self.message}"
+        return f"{self.source}: {self.key or repr('')}: {self.message}"
 
 
 class _Strict(BaseModel):
@@ -45,21 +46,25 @@ PositiveFloat = Annotated[float, Field(strict=True, gt=0.0)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0.0)]
 
 
+Bytes = Annotated[int, Field(strict=True, ge=1, le=2**40)]
+"""Object and token sizes: bounded so byte arithmetic stays within floats (a TiB per object)."""
+
+
 class KVPoolSpec(_Strict):
-    bytes_per_token: PositiveInt
+    bytes_per_token: Bytes
 
 
 class SWAPoolSpec(_Strict):
-    window_tokens: PositiveInt
-    bytes_per_token: PositiveInt
+    window_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)]
+    bytes_per_token: Bytes
 
 
 class MambaPoolSpec(_Strict):
-    state_bytes: PositiveInt
+    state_bytes: Bytes
 
 
 class ModelSpec(_Strict):
-    page_size: PositiveInt = 64
+    page_size: Annotated[int, Field(strict=True, ge=1, le=2**16)] = 64
     kv: KVPoolSpec
     swa: SWAPoolSpec | None = None
     mamba: MambaPoolSpec | None = None
@@ -92,10 +97,10 @@ class HostSpec(_Strict):
 
 
 class StoragePoolSpec(_Strict):
-    capacity_gb: NonNegFloat | None = None
+    capacity_gb: Annotated[float, Field(strict=True, ge=0.0, le=1e9)] | None = None
     get_fail_prob: Probability = 0.0
     put_fail_prob: Probability = 0.0
-    evict_rate_per_s: NonNegFloat = 0.0
+    evict_rate_per_s: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
     put_outage_s: tuple[NonNegFloat, NonNegFloat] | None = None
 
     @model_validator(mode="after")
@@ -154,7 +159,7 @@ class MultiturnWorkload(_Strict):
 class MooncakeWorkload(_Strict):
     kind: Literal["mooncake"]
     path: str
-    block_tokens: PositiveInt = 512
+    block_tokens: Annotated[int, Field(strict=True, ge=1, le=2**20)] = 512
     time_scale: PositiveFloat = 1.0
     limit: PositiveInt | None = None
 
@@ -240,8 +245,14 @@ class _KeyedError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
-def _check_duplicate_keys(node: yaml.Node | None, path: str = "") -> None:
-    """Refuse duplicate mapping keys (YAML would silently keep the last), naming the dotted key."""
+def _check_duplicate_keys(
+    node: yaml.Node | None, path: str = "", active: frozenset[int] = frozenset()
+) -> None:
+    """Refuse duplicate mapping keys (YAML would silently keep the last), naming the dotted key,
+    and aliases that contain themselves."""
+    if id(node) in active:
+        raise ScenarioError("", path or None, "a YAML alias refers to itself")
+    active = active | {id(node)}
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
@@ -252,16 +263,60 @@ def _check_duplicate_keys(node: yaml.Node | None, path: str = "") -> None:
                     "", dotted, f"duplicate key (line {key_node.start_mark.line + 1})"
                 )
             seen.add(key)
-            _check_duplicate_keys(value_node, dotted)
+            _check_duplicate_keys(value_node, dotted, active)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_duplicate_keys(item, f"{path}[{i}]")
+            _check_duplicate_keys(item, f"{path}.{i}" if path else str(i), active)
+
+
+LOADER_ERRORS = (
+    yaml.YAMLError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+)
+"""What PyYAML can raise on hostile input besides its own errors (bad dates, tags on the wrong
+kind of scalar, huge integers, deep nesting)."""
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """SafeLoader whose value errors (a bad date, a tag on the wrong scalar, a huge integer)
+    become YAML errors that carry the line of the offending node."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read this value ({type(exc).__name__}: {exc})", node.start_mark
+            ) from None
 
 
 def _safe_load(text: str) -> Any:
     """Safe YAML (no object-constructing tags) with duplicate keys refused."""
-    _check_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader))
-    return yaml.safe_load(text)
+    try:
+        _check_duplicate_keys(yaml.compose(text, Loader=_SafeLoader))
+        return yaml.load(text, Loader=_SafeLoader)
+    except RecursionError:
+        raise yaml.YAMLError(f"nested too deeply (line {_deep_line(text)})") from None
+
+
+def _deep_line(text: str, limit: int = 200) -> int:
+    """The first line where brackets and indentation nest past `limit` levels (for messages)."""
+    depth = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        indent = (len(line) - len(line.lstrip(" "))) // 2
+        for char in line:
+            depth += (char in "[{") - (char in "]}")
+            if depth + indent > limit:
+                return lineno
+    return 1
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -273,8 +328,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = _safe_load(raw) if raw.strip() else None
     except ScenarioError as exc:
         raise ScenarioError("--set", f"{key}.{exc.key}", exc.message) from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError("--set", key, f"value is not valid YAML: {exc}") from None
+    except LOADER_ERRORS as exc:
+        raise ScenarioError("--set", key, f"value is not valid YAML: {_brief(exc)}") from None
     return key.strip(), value
 
 
@@ -303,8 +358,8 @@ def read_document(path: Path) -> dict[str, Any]:
         doc = _safe_load(text)
     except ScenarioError as exc:
         raise ScenarioError(source, exc.key, exc.message) from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(source, None, f"not valid YAML: {exc}") from None
+    except LOADER_ERRORS as exc:
+        raise ScenarioError(source, None, f"not valid YAML: {_brief(exc)}") from None
     if doc is None:
         raise ScenarioError(source, None, "the file is empty")
     if not isinstance(doc, dict):
@@ -312,10 +367,17 @@ def read_document(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _brief(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc) if isinstance(exc, yaml.YAMLError) else f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     """Validate a plain mapping; errors name `source` and the first offending dotted key."""
     try:
         return Scenario.model_validate(doc)
+    except RecursionError:
+        raise ScenarioError(source, None, "nested too deeply") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         ctx_error = err.get("ctx", {}).get("error")
@@ -329,7 +391,7 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
             message = "unknown key"
         elif err["type"] == "missing":
             message = "required key is missing"
-        return _raise(source, key or None, message)
+        return _raise(source, key if err["loc"] else None, message)
 
 
 def _is_union_tag(part: Any, loc: tuple[Any, ...]) -> bool:
@@ -370,7 +432,15 @@ def resolve_paths(doc: dict[str, Any], base_dir: Path) -> None:
 def check_references(scenario: Scenario, source: str) -> None:
     """Everything `validate` can check beyond the schema: referenced files exist and are read."""
     trace = scenario.trace_path()
-    if trace is not None and not trace.is_file():
+    if trace is None:
+        return
+    try:
+        found = trace.is_file()
+    except OSError as exc:
+        raise ScenarioError(
+            source, "workload.path", f"cannot access trace: {exc.strerror}"
+        ) from None
+    if not found:
         raise ScenarioError(source, "workload.path", f"trace file not found: {trace}")
 
 

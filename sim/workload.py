@@ -194,6 +194,8 @@ def iter_trace(path: Path, block_tokens: int) -> Iterator[tuple[int, TraceRecord
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ScenarioError(str(path), where, f"not valid JSON: {exc.msg}") from None
+            except (ValueError, RecursionError) as exc:
+                raise ScenarioError(str(path), where, f"not usable JSON: {exc}") from None
             rec = _trace_record(obj, block_tokens, str(path), where)
             if rec[0] < last_ts:
                 raise ScenarioError(str(path), where, "timestamp goes backwards")
@@ -208,7 +210,7 @@ def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> Tr
         if key not in obj:
             raise ScenarioError(source, f"{where}: {key}", "missing")
     ts, inp, out, ids = obj["timestamp"], obj["input_length"], obj["output_length"], obj["hash_ids"]
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not _finite(ts) or ts < 0:
         raise ScenarioError(source, f"{where}: timestamp", "must be a finite number >= 0")
     for key, val in (("input_length", inp), ("output_length", out)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 0:
@@ -225,6 +227,13 @@ def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> Tr
             f"has {len(ids)} ids; ceil(input_length / {block_tokens}) = {expected}",
         )
     return float(ts), inp, out, ids
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def make_workload(scenario: Scenario, rng: np.random.Generator) -> Workload:

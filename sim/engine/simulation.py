@@ -118,7 +118,7 @@ class Simulation:
         threshold_tokens = max(scenario.prefetch.threshold_tokens, self.page_size)
         self.threshold_pages = -(-threshold_tokens // self.page_size)
         """Spans and hits shorter than this are not prefetched (SGLang: max(threshold, page))."""
-        self._ts_interval = scenario.duration_s / 200.0
+        self._ts_interval = scenario.duration_s / 200.0 or scenario.duration_s
         self._cum_discards = 0
 
     def _storage_pool(self, pool: str) -> StoragePool:
