@@ -140,6 +140,7 @@ def main() -> None:
 
     rows = []
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    revision = commit()
     machine = f"{platform.machine()} {os.cpu_count()} cores {platform.system()}"
     command = " ".join(["python", "bench/run.py", *sys.argv[1:]])
     medians: dict[str, dict[str, float]] = {}
@@ -167,7 +168,7 @@ def main() -> None:
     serial = statistics.median(sweep_wall("serial", 1, 2) for _ in range(args.repeat))
     process = statistics.median(sweep_wall("process", 2, 2) for _ in range(args.repeat))
     for name, value in (("sweep_serial_wall_s", serial), ("sweep_process2_wall_s", process)):
-        rows.append([stamp, commit(), command, versions(), machine, name, "wall_s", value, 1])
+        rows.append([stamp, revision, command, versions(), machine, name, "wall_s", value, 1])
     print(f"sweep (20 runs, run_sweep only): serial {serial:.1f} s, process x2 {process:.1f} s")
 
     yard = medians["simpy_timeout_loop"]["events_per_s"]

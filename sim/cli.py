@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 import pandas as pd
 
+from sim.outputs.metrics import SUMMARY_KEYS
 from sim.runner import RunResult, run
 from sim.scenario import Scenario, ScenarioError, check_references, load_scenario
 from sim.workload import iter_trace
@@ -25,22 +26,23 @@ from sim.workload import iter_trace
 F = TypeVar("F", bound=Callable[..., Any])
 
 RESULTS_ROOT = Path("results")
-COMPARE_COLUMNS = (
-    "requests",
-    "prefetch_issued",
-    "prefetch_discarded",
-    "discard_rate",
-    "loops",
-    "heal_rate",
-    "loop_length_mean",
-    "loop_length_max",
-    "time_to_heal_p50_s",
-    "rewrite_pages",
-    "skipped_write_pages",
-    "wasted_read_bytes",
-    "ttft_p50_s",
-    "ttft_p99_s",
+COMPARE_COLUMNS = tuple(
+    key
+    for key in SUMMARY_KEYS
+    if key
+    not in {
+        "prompt_tokens",
+        "device_hit_tokens",
+        "host_hit_tokens",
+        "prefetch_success",
+        "l3_hit_tokens",
+        "l3_loaded_tokens",
+        "recomputed_tokens",
+        "events",
+        "wall_s",
+    }
 )
+"""The summary keys `compare` prints (all are in comparison.csv)."""
 
 
 def _bad_input(fn: F) -> F:
