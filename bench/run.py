@@ -162,7 +162,7 @@ def main() -> None:
         print(f"{name:24s} " + "  ".join(f"{k}={v:,.1f}" for k, v in med.items()), flush=True)
         for metric, value in med.items():
             rows.append(
-                [stamp, commit(), command, versions(), machine, name, metric, value, repeat]
+                [stamp, revision, command, versions(), machine, name, metric, value, repeat]
             )
 
     serial = statistics.median(sweep_wall("serial", 1, 2) for _ in range(args.repeat))
