@@ -58,7 +58,6 @@ class Job:
     host_pages: int
     op: PrefetchOp | None = None
     prefetch_outcome: str = "none"
-    issued: bool = False
     reserved_kv: int = 0
     admitted_s: float | None = None
     first_token_s: float | None = None
@@ -225,7 +224,6 @@ class Simulation:
             return
         op.hit_pages = hit
         op.aux = plan_aux_transfers(self.aux_pools, op, self.window_pages)
-        job.issued = True
         job.deadline_s = op.issued_s + (
             sc.prefetch.timeout_base_s
             + sc.prefetch.timeout_per_ki_token_s * hit * self.page_size / 1024.0
@@ -399,7 +397,7 @@ class Simulation:
     def _resolve_prefetch(self, job: Job) -> int:
         """Apply the hybrid check to a settled prefetch; returns the loaded endpoint (pages)."""
         op = job.op
-        if op is None or not job.issued:
+        if op is None or not op.issued:
             return 0
         now = self.env.now
         op.terminated = op.terminated or not op.done

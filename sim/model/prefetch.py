@@ -46,6 +46,11 @@ class PrefetchOp:
     aux_read_bytes: int = 0
 
     @property
+    def issued(self) -> bool:
+        """Reads started: the hit met the threshold and host staging was allocated for it."""
+        return self.hit_pages > 0
+
+    @property
     def hit_span(self) -> tuple[int, ...]:
         """The prefetched keys truncated to the hit (`span` of the hybrid check)."""
         return self.span[: self.hit_pages]
