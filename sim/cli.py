@@ -10,13 +10,15 @@ import json
 import math
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 import pandas as pd
+from tqdm import tqdm
 
 from sim.outputs.metrics import SUMMARY_KEYS
 from sim.runner import RunResult, run
@@ -142,7 +144,8 @@ def run_cmd(
 
     sc = _load(scenario, overrides, seed)
     _refuse_existing(out, force)
-    result = run(sc, storage_trace=storage_trace)
+    with _progress(sc, sc.name) as on_progress:
+        result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")
     written = write_atomically(target, lambda d: write_run(result, d), force=force)
     _print_summary(result)
@@ -183,7 +186,10 @@ def compare_cmd(
     base = _load(scenario, overrides, seed)
     variants = [_load(scenario, (*overrides, f"heal={h}"), seed, scan_trace=False) for h in rules]
     _refuse_existing(out, force)
-    results = [run(v) for v in variants]
+    results = []
+    for variant in variants:
+        with _progress(variant, f"heal={variant.heal}") as on_progress:
+            results.append(run(variant, on_progress=on_progress))
     table = pd.DataFrame([{"heal": r.scenario.heal, **r.summary} for r in results])
 
     def fill(directory: Path) -> None:
@@ -391,6 +397,19 @@ def plot_cmd(directory: Path) -> None:
 
     for path in plot_directory(directory):
         click.echo(f"wrote {path}")
+
+
+@contextmanager
+def _progress(scenario: Scenario, label: str) -> Iterator[Callable[[float], None]]:
+    """A progress bar over simulated time on stderr (tqdm; hidden when stderr is not a terminal)."""
+    total = scenario.duration_s
+    with tqdm(total=total, desc=label, unit="sim-s", file=sys.stderr, disable=None) as bar:
+
+        def advance(now_s: float) -> None:
+            bar.update(min(now_s, total) - bar.n)
+
+        yield advance
+        advance(total)
 
 
 def _refuse_existing(out: Path | None, force: bool) -> None:

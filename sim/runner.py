@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,15 +37,20 @@ STORAGE_TRACE_COLUMNS = ("t_s", "pool", "op", "key", "size_bytes", "hit")
 
 
 def run(
-    scenario: Scenario, workload: Workload | None = None, *, storage_trace: bool = False
+    scenario: Scenario,
+    workload: Workload | None = None,
+    *,
+    storage_trace: bool = False,
+    on_progress: Callable[[float], None] | None = None,
 ) -> RunResult:
     """Simulate `scenario` to its horizon and summarise it (warm-up excluded).
 
     With `storage_trace`, every storage access that touches a pool's LRU is kept in the table
-    `storage_trace` (for `export-trace` and the libCacheSim cross-check).
+    `storage_trace` (for `export-trace` and the libCacheSim cross-check). `on_progress` is called
+    with the simulated time as the run advances (the CLI draws its progress bar with it).
     """
     started = time.perf_counter()
-    sim = Simulation(scenario, workload, storage_trace=storage_trace)
+    sim = Simulation(scenario, workload, storage_trace=storage_trace, on_progress=on_progress)
     try:
         sim.run()
     except KeyboardInterrupt:

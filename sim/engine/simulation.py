@@ -7,7 +7,7 @@ decode step, so the event count grows with requests and batches, never with page
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,9 +71,16 @@ class Simulation:
     """Builds the model for a scenario and runs it to `duration_s`."""
 
     def __init__(
-        self, scenario: Scenario, workload: Workload | None = None, *, storage_trace: bool = False
+        self,
+        scenario: Scenario,
+        workload: Workload | None = None,
+        *,
+        storage_trace: bool = False,
+        on_progress: Callable[[float], None] | None = None,
     ) -> None:
         self.sc = scenario
+        self.on_progress = on_progress
+        """Called with the simulated time at every time-series sample (progress bars)."""
         m = scenario.model
         self.page_size = m.page_size
         self.window_pages = m.window_pages
@@ -578,4 +585,6 @@ class Simulation:
                     ),
                 )
             )
+            if self.on_progress is not None:
+                self.on_progress(self.env.now)
             yield self.env.timeout(self._ts_interval)
