@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
+from click.testing import Result
 from scipy import stats
 
 from sim.capacity import CapacitySearch
@@ -553,6 +554,16 @@ CAP_VALUES = [0.02, 0.05, 0.1, 0.2, 0.4]
 CAP_TARGET = "discard_rate<=0.2"
 
 
+def capacity_cli(
+    scenario: Path, out: Path, target: str, *selection: str, seeds: int | None = SEEDS
+) -> Result:
+    """`hicache-sim capacity` on the serial executor with CAP as the parameter."""
+    args = ["capacity", str(scenario), "--param", CAP, "--target", target, *selection]
+    if seeds is not None:
+        args += ["--seeds", str(seeds)]
+    return invoke(*args, "--executor", "serial", "--out", str(out))
+
+
 @pytest.fixture(scope="module")
 def capacity_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]:
     """A plain sweep over CAP_VALUES (heal keep_pages) and the answer read from its points.csv."""
@@ -613,24 +624,7 @@ def test_cli_capacity_values_agrees_with_the_sweep(
     scenario, _, expected = capacity_sweep
     out = tmp_path / "cap"
     values = ",".join(str(v) for v in CAP_VALUES)
-    result = ok(
-        invoke(
-            "capacity",
-            str(scenario),
-            "--param",
-            CAP,
-            "--target",
-            CAP_TARGET,
-            "--values",
-            values,
-            "--seeds",
-            str(SEEDS),
-            "--executor",
-            "serial",
-            "--out",
-            str(out),
-        )
-    )
+    result = ok(capacity_cli(scenario, out, CAP_TARGET, "--values", values))
     saved = json.loads((out / "capacity.json").read_text())
     assert saved["answer"] == expected
     assert saved["largest_failing"] == max(v for v in CAP_VALUES if v < expected)
@@ -648,25 +642,7 @@ def test_cli_capacity_range_bisects_to_a_meeting_value(
     scenario, _, _ = capacity_sweep
     out = tmp_path / "bisect"
     low, high = 0.02, 0.4
-    ok(
-        invoke(
-            "capacity",
-            str(scenario),
-            "--param",
-            CAP,
-            "--target",
-            CAP_TARGET,
-            "--range",
-            str(low),
-            str(high),
-            "--seeds",
-            str(SEEDS),
-            "--executor",
-            "serial",
-            "--out",
-            str(out),
-        )
-    )
+    ok(capacity_cli(scenario, out, CAP_TARGET, "--range", str(low), str(high)))
     saved = json.loads((out / "capacity.json").read_text())
     answer, failing = saved["answer"], saved["largest_failing"]
     assert answer is not None and failing is not None
@@ -688,20 +664,7 @@ def test_cli_capacity_malformed_target_exits_2(
 ):
     scenario, _, _ = capacity_sweep
     out = tmp_path / "cap"
-    result = invoke(
-        "capacity",
-        str(scenario),
-        "--param",
-        CAP,
-        "--target",
-        target,
-        "--values",
-        "0.1,0.2",
-        "--executor",
-        "serial",
-        "--out",
-        str(out),
-    )
+    result = capacity_cli(scenario, out, target, "--values", "0.1,0.2", seeds=None)
     assert result.exit_code == 2, (result.output, result.stderr)
     assert "target" in result.stderr and "Traceback" not in result.stderr
     assert not out.exists()
@@ -735,22 +698,7 @@ def test_cli_capacity_unknown_metric_exits_2_and_writes_nothing(
 ):
     scenario, _, _ = capacity_sweep
     out = tmp_path / "cap"
-    result = invoke(
-        "capacity",
-        str(scenario),
-        "--param",
-        CAP,
-        "--target",
-        "no_such_metric<=0.2",
-        "--values",
-        "0.1,0.2",
-        "--seeds",
-        "2",
-        "--executor",
-        "serial",
-        "--out",
-        str(out),
-    )
+    result = capacity_cli(scenario, out, "no_such_metric<=0.2", "--values", "0.1,0.2", seeds=2)
     assert result.exit_code == 2, (result.output, result.stderr)
     assert "no_such_metric" in result.stderr
     assert not out.exists(), "exit 2 is bad input: nothing is written (sim/cli.py docstring)"
