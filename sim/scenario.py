@@ -391,16 +391,12 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
             message = "unknown key"
         elif err["type"] == "missing":
             message = "required key is missing"
-        return _raise(source, key if err["loc"] else None, message)
+        raise ScenarioError(source, key if err["loc"] else None, message) from None
 
 
 def _is_union_tag(part: Any, loc: tuple[Any, ...]) -> bool:
     """Pydantic inserts the discriminator value ('shared_prefix') into error locations."""
     return part in ("shared_prefix", "multiturn", "mooncake") and bool(loc) and loc[0] == "workload"
-
-
-def _raise(source: str, key: str | None, message: str) -> Scenario:
-    raise ScenarioError(source, key, message)
 
 
 def load_scenario(
