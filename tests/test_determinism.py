@@ -21,6 +21,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from sim.outputs.metrics import WALL_CLOCK_KEYS
+from sim.runner import run
+from sim.scenario import build_scenario
 from tests.conftest import invoke, make_doc, ok
 
 SMALL: dict[str, Any] = {
@@ -117,6 +120,19 @@ def test_two_runs_in_one_process_are_identical(
     for out in ("a", "b"):
         ok(invoke("run", str(scenario), "--out", out, "--storage-trace"))
     assert_same_run(tmp_path / "a", tmp_path / "b")
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_recording_the_storage_trace_changes_nothing_else(name: str) -> None:
+    """The access log is an observer: with backend evictions on an unbounded KV pool (the
+    faults scenario), a run with and without it must pick the same victims."""
+    scenario = build_scenario(SCENARIOS[name], f"{name}.yaml")
+    plain, traced = run(scenario), run(scenario, storage_trace=True)
+    assert plain.summary.keys() == traced.summary.keys()
+    for key in plain.summary.keys() - WALL_CLOCK_KEYS:
+        assert plain.summary[key] == traced.summary[key], key
+    for table, frame in plain.tables.items():
+        pd.testing.assert_frame_equal(frame, traced.tables[table], obj=table)
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

@@ -7,9 +7,10 @@ independent get and put failure draws, and a random-eviction source. `Storage.hi
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -24,7 +25,11 @@ HitQuery = Literal["kv_only", "intersect", "min_of_pools"]
 
 @dataclass
 class StoragePool:
-    """An LRU object store for one pool. `capacity_objects=None` means unbounded."""
+    """An object store for one pool: LRU when bounded; `capacity_objects=None` means unbounded.
+
+    An unbounded pool never evicts by recency, so it keeps none: its objects sit in insertion
+    order, which is all a random eviction needs, and a write or read costs one dict operation.
+    """
 
     name: str
     object_bytes: int
@@ -40,23 +45,28 @@ class StoragePool:
     evictions: int = 0
     access_log: list[tuple[float, str, int, bool]] | None = None
     """When a list: every access that touches the LRU, as (time_s, op, key, hit)."""
-    _lru: OrderedDict[int, None] = field(default_factory=OrderedDict)
+
+    def __post_init__(self) -> None:
+        self._lru: OrderedDict[int, None] | None = (
+            None if self.capacity_objects is None else OrderedDict()
+        )
+        self._objects: dict[int, None] = {} if self._lru is None else self._lru
 
     def __len__(self) -> int:
-        return len(self._lru)
+        return len(self._objects)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._lru
+        return key in self._objects
 
     @property
     def stored_bytes(self) -> int:
-        return len(self._lru) * self.object_bytes
+        return len(self._objects) * self.object_bytes
 
     def leading_run(self, keys: Sequence[int]) -> int:
         """`exists`: how many leading keys are stored (no recency change, as a metadata query)."""
-        lru = self._lru
+        objects = self._objects
         for i, key in enumerate(keys):
-            if key not in lru:
+            if key not in objects:
                 return i
         return len(keys)
 
@@ -66,14 +76,15 @@ class StoragePool:
         A read of a stored object refreshes it even when the get then fails; a read of a missing
         object changes nothing (a storage backend does not insert on a missed read).
         """
-        lru = self._lru
+        objects, lru = self._objects, self._lru
         fails = self._draws(len(keys), self.get_fail_prob)
         log = self.access_log
         for i, key in enumerate(keys):
-            if key not in lru:
+            if key not in objects:
                 self.get_misses += 1
                 return i
-            lru.move_to_end(key)
+            if lru is not None:
+                lru.move_to_end(key)
             self.get_hits += 1
             if log is not None:
                 log.append((now_s, "get", key, True))
@@ -92,48 +103,51 @@ class StoragePool:
         else:
             ok = (~fails).tolist()
             stored = [key for key, good in zip(keys, ok, strict=True) if good]
-        if self.capacity_objects is None and self.access_log is None:
-            # Unbounded: recency never decides an eviction, so a bulk insert is equivalent.
-            before = len(self._lru)
-            self._lru.update(dict.fromkeys(stored))
-            inserted = len(self._lru) - before
+        log = self.access_log
+        if self._lru is None and log is None:
+            objects = self._objects
+            before = len(objects)
+            for key in stored:
+                if key not in objects:
+                    objects[key] = None
+            inserted = len(objects) - before
             self.put_inserts += inserted
             self.put_hits += len(stored) - inserted
             return ok
         for key in stored:
             hit = self._insert(key)
-            if self.access_log is not None:
-                self.access_log.append((now_s, "put", key, hit))
+            if log is not None:
+                log.append((now_s, "put", key, hit))
         return ok
 
     def evict_random(self, rng: np.random.Generator) -> int | None:
         """Drop one uniformly chosen object (backend-side eviction, e.g. TTL or rebalancing)."""
-        if not self._lru:
+        objects = self._objects
+        if not objects:
             return None
-        index = int(rng.integers(len(self._lru)))
-        for i, key in enumerate(self._lru):
-            if i == index:
-                del self._lru[key]
-                self.evictions += 1
-                return key
-        return None
+        index = int(rng.integers(len(objects)))
+        key = next(itertools.islice(objects, index, None))
+        del objects[key]
+        self.evictions += 1
+        return key
 
     def _insert(self, key: int) -> bool:
         """Store or refresh a key; True when it was already stored (an LRU hit)."""
-        lru = self._lru
-        if key in lru:
-            lru.move_to_end(key)
+        objects, lru = self._objects, self._lru
+        if key in objects:
+            if lru is not None:
+                lru.move_to_end(key)
             self.put_hits += 1
             return True
         self.put_inserts += 1
         cap = self.capacity_objects
-        if cap is not None:
+        if lru is not None and cap is not None:
             if cap == 0:
                 return False
             while len(lru) >= cap:
                 lru.popitem(last=False)
                 self.evictions += 1
-        lru[key] = None
+        objects[key] = None
         return False
 
     def _draws(self, n: int, prob: float) -> np.ndarray | None:
