@@ -156,12 +156,14 @@ class MooncakeTrace:
 
     def arrivals(self) -> Iterator[Request]:
         ps, ppb = self.page_size, self.pages_per_block
+        offsets = range(1, ppb + 1)
         for rid, (_line_no, rec) in enumerate(iter_trace(self.path, self.spec.block_tokens)):
             if self.spec.limit is not None and rid >= self.spec.limit:
                 return
             timestamp_ms, input_len, output_len, hash_ids = rec
             prompt_pages = input_len // ps
-            pages = [h * ppb + j + 1 for h in hash_ids for j in range(ppb)][:prompt_pages]
+            pages = [base + j for base in [h * ppb for h in hash_ids] for j in offsets]
+            del pages[prompt_pages:]
             total_pages = (input_len + output_len) // ps
             pages.extend(self.fresh.take(total_pages - prompt_pages))
             arrival = timestamp_ms / 1000.0 * self.spec.time_scale
@@ -215,9 +217,7 @@ def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> Tr
     for key, val in (("input_length", inp), ("output_length", out)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 0:
             raise ScenarioError(source, f"{where}: {key}", "must be an integer >= 0")
-    if not isinstance(ids, list) or not all(
-        isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in ids
-    ):
+    if not isinstance(ids, list) or not {int}.issuperset(map(type, ids)) or min(ids, default=0) < 0:
         raise ScenarioError(source, f"{where}: hash_ids", "must be a list of integers >= 0")
     expected = -(-inp // block_tokens)
     if len(ids) != expected:

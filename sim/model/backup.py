@@ -30,31 +30,39 @@ class BackupIntent:
 class InflightPages:
     """Pages from enqueue until storage ack; they count as covered for both gates.
 
-    A page can be in flight for two nodes at once (a split), so pages are reference counted.
+    A page can be in flight for two nodes at once (a split), so pages are reference counted:
+    the set holds every page once, `_extra` the references beyond the first, which are rare,
+    so both operations stay set operations. The pages of one call are distinct (one node's run).
     """
 
     def __init__(self) -> None:
-        self._count: dict[int, int] = {}
+        self._pages: set[int] = set()
+        self._extra: dict[int, int] = {}
 
     def __contains__(self, key: object) -> bool:
-        return key in self._count
+        return key in self._pages
 
     def __len__(self) -> int:
-        return len(self._count)
+        return len(self._pages)
 
     def add(self, pages: Sequence[int]) -> None:
-        count = self._count
-        for key in pages:
-            count[key] = count.get(key, 0) + 1
+        extra = self._extra
+        for key in self._pages.intersection(pages):
+            extra[key] = extra.get(key, 0) + 1
+        self._pages.update(pages)
 
     def remove(self, pages: Sequence[int]) -> None:
-        count = self._count
-        for key in pages:
-            left = count[key] - 1
-            if left:
-                count[key] = left
+        extra = self._extra
+        held = extra.keys() & pages if extra else ()
+        if not held:
+            self._pages.difference_update(pages)
+            return
+        for key in held:
+            if extra[key] == 1:
+                del extra[key]
             else:
-                del count[key]
+                extra[key] -= 1
+        self._pages.difference_update(set(pages).difference(held))
 
 
 def gate_backup(

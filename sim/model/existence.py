@@ -10,9 +10,8 @@ aux object can hide behind a KV belief.
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Container, Iterable, Sequence
-from itertools import repeat
 
 
 class ExistenceCache:
@@ -31,12 +30,16 @@ class ExistenceCache:
         return key in self._lru
 
     def add(self, keys: Iterable[int]) -> None:
+        """Believe `keys`, most recently used last (a repeated key takes its last position)."""
         if not self.enabled:
             return
         lru = self._lru
-        last_first = list(dict.fromkeys(reversed(list(keys))))
-        deque(map(lru.pop, last_first, repeat(None)), maxlen=0)
-        lru.update(dict.fromkeys(reversed(last_first)))
+        refresh = lru.move_to_end
+        for key in keys:
+            if key in lru:
+                refresh(key)
+            else:
+                lru[key] = None
         while len(lru) > self.entries:
             lru.popitem(last=False)
             self.evictions += 1

@@ -118,6 +118,12 @@ class RadixTree:
             "mamba": [],
             "host": [],
         }
+        self._pushed = [
+            (heap, self._EVICTABLE[resource], resource)
+            for resource, heap in self._heaps.items()
+            if self._tracks(resource)
+        ]
+        """The heaps a node is pushed onto: only those of resources this tree has."""
 
     @property
     def has_swa(self) -> bool:
@@ -322,20 +328,28 @@ class RadixTree:
                 return False
         return True
 
+    def _tracks(self, resource: str) -> bool:
+        return {
+            "kv": True,
+            "swa": self.has_swa,
+            "mamba": self.has_mamba,
+            "host": self.host_capacity is not None,
+        }[resource]
+
     def _push(self, node: Node) -> None:
         entry = (node.last_access_s, node.nid, node)
-        for resource, heap in self._heaps.items():
-            if self._EVICTABLE[resource](node):
+        for heap, evictable, resource in self._pushed:
+            if evictable(node):
                 heapq.heappush(heap, entry)
                 if len(heap) > 4 * self.nodes + 1024:
                     self._compact(resource)
 
     def _compact(self, resource: str) -> None:
         ok = self._EVICTABLE[resource]
-        live = {(n.last_access_s, n.nid): n for _, _, n in self._heaps[resource] if ok(n)}
-        heap = [(a, nid, n) for (a, nid), n in live.items() if a == n.last_access_s]
+        heap = self._heaps[resource]
+        live = {(n.last_access_s, n.nid): n for _, _, n in heap if ok(n)}
+        heap[:] = [(a, nid, n) for (a, nid), n in live.items() if a == n.last_access_s]
         heapq.heapify(heap)
-        self._heaps[resource] = heap
 
     # ---------------------------------------------------------------- eviction
 
