@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.engine.records import TIMESERIES_COLUMNS, PrefetchRecord, RequestRecord, WriteRecord
+from sim.engine.records import TIMESERIES_COLUMNS
 from sim.engine.simulation import Simulation
 from sim.model.loops import Loop
 from sim.outputs.metrics import summarize
@@ -27,10 +27,6 @@ class RunResult:
     summary: dict[str, Any]
     tables: dict[str, pd.DataFrame]
     loops: list[Loop]
-
-
-def _frame(rows: list[Any], columns: tuple[str, ...]) -> pd.DataFrame:
-    return pd.DataFrame.from_records(rows, columns=list(columns))
 
 
 STORAGE_TRACE_COLUMNS = ("t_s", "pool", "op", "key", "size_bytes", "hit")
@@ -62,12 +58,12 @@ def run(
     rec = sim.records
     pools = tuple(f"storage_{p}_bytes" for p in ("kv", "swa", "mamba") if p in sim.storage.pools)
     tables = {
-        "requests": _frame(rec.requests, RequestRecord._fields)
-        .sort_values("rid", kind="stable")
-        .reset_index(drop=True),
-        "prefetches": _frame(rec.prefetches, PrefetchRecord._fields),
-        "writes": _frame(rec.writes, WriteRecord._fields),
-        "timeseries": _frame(rec.timeseries, TIMESERIES_COLUMNS + pools),
+        "requests": rec.requests.frame().sort_values("rid", kind="stable").reset_index(drop=True),
+        "prefetches": rec.prefetches.frame(),
+        "writes": rec.writes.frame(),
+        "timeseries": pd.DataFrame.from_records(
+            rec.timeseries, columns=list(TIMESERIES_COLUMNS + pools)
+        ),
     }
     if storage_trace:
         tables["storage_trace"] = _storage_trace(sim)

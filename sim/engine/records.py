@@ -1,10 +1,19 @@
-"""Flat records appended during a run; they become DataFrames once, at the end."""
+"""Flat records appended during a run; they become DataFrames once, at the end.
+
+Rows are appended as named tuples (one list append each) and packed into typed column arrays
+every `Table.CHUNK_ROWS` rows, so a long run holds 8 bytes per number instead of a Python
+object per cell: the record tables are most of a long run's memory.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from itertools import chain
+from typing import Any, NamedTuple, get_type_hints
+
+import numpy as np
+import pandas as pd
 
 
 class RequestRecord(NamedTuple):
@@ -105,9 +114,81 @@ TIMESERIES_COLUMNS = (
 )
 
 
+_DTYPES: dict[object, type] = {
+    int: np.int64,
+    float: np.float64,
+    float | None: np.float64,
+    bool: np.bool_,
+}
+"""Column dtypes by a record field's annotation; other fields (text, key lists) stay objects."""
+
+Column = np.ndarray | list[Any]
+
+
+class Table:
+    """An append-only table of one record type, packed into typed columns as it grows."""
+
+    CHUNK_ROWS = 65_536
+
+    def __init__(self, row_type: type[tuple[Any, ...]]) -> None:
+        types = get_type_hints(row_type)
+        self.columns: tuple[str, ...] = row_type._fields  # type: ignore[attr-defined]
+        self._dtypes = [_DTYPES.get(types[name]) for name in self.columns]
+        self._rows: list[tuple[Any, ...]] = []
+        self._chunks: list[list[Column]] = []
+        self._packed = 0
+
+    def append(self, row: tuple[Any, ...]) -> None:
+        rows = self._rows
+        rows.append(row)
+        if len(rows) >= self.CHUNK_ROWS:
+            self._pack()
+
+    def __len__(self) -> int:
+        return self._packed + len(self._rows)
+
+    def frame(self) -> pd.DataFrame:
+        """The table as a DataFrame (None in a float column becomes NaN)."""
+        self._pack()
+        if not self._chunks:
+            return pd.DataFrame.from_records([], columns=list(self.columns))
+        data: dict[str, Column] = {}
+        for i, name in enumerate(self.columns):
+            parts = [chunk[i] for chunk in self._chunks]
+            if all(isinstance(part, np.ndarray) for part in parts):
+                data[name] = np.concatenate(parts)
+            else:
+                data[name] = list(chain.from_iterable(_as_list(part) for part in parts))
+        return pd.DataFrame(data)
+
+    def _pack(self) -> None:
+        if not self._rows:
+            return
+        columns = zip(*self._rows, strict=True)
+        dtypes = self._dtypes
+        packed = [_column(values, dtype) for values, dtype in zip(columns, dtypes, strict=True)]
+        self._chunks.append(packed)
+        self._packed += len(self._rows)
+        self._rows = []
+
+
+def _column(values: tuple[Any, ...], dtype: type | None) -> Column:
+    """A typed array, or the values themselves when the type has none or they overflow it."""
+    if dtype is None:
+        return list(values)
+    try:
+        return np.array(values, dtype=dtype)
+    except OverflowError:
+        return list(values)
+
+
+def _as_list(part: Column) -> list[Any]:
+    return part.tolist() if isinstance(part, np.ndarray) else part
+
+
 @dataclass
 class Records:
-    requests: list[RequestRecord] = field(default_factory=list)
-    prefetches: list[PrefetchRecord] = field(default_factory=list)
-    writes: list[WriteRecord] = field(default_factory=list)
+    requests: Table = field(default_factory=lambda: Table(RequestRecord))
+    prefetches: Table = field(default_factory=lambda: Table(PrefetchRecord))
+    writes: Table = field(default_factory=lambda: Table(WriteRecord))
     timeseries: list[tuple[Any, ...]] = field(default_factory=list)

@@ -1,0 +1,63 @@
+"""Record tables: packing rows into typed columns must not change a single cell or dtype."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from sim.engine.records import PrefetchRecord, RequestRecord, Table
+from sim.runner import run
+from tests.conftest import make_scenario
+
+
+def request_row(rid: int, admitted_s: float | None) -> RequestRecord:
+    tokens = (1024, 16, 0, 0, 64, 64, 960)
+    return RequestRecord(
+        rid, rid * 0.5, *tokens, "success", admitted_s, None, None, "finished", 0, 0
+    )
+
+
+def test_packed_chunks_equal_the_rows_they_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Table, "CHUNK_ROWS", 3)
+    rows = [request_row(i, None if i % 4 == 0 else i + 0.25) for i in range(10)]
+    table = Table(RequestRecord)
+    for row in rows:
+        table.append(row)
+    assert len(table) == 10
+    frame = table.frame()
+    expected = pd.DataFrame.from_records(rows, columns=list(RequestRecord._fields))
+    # A float column of None only is float (all NaN), where pandas alone would make it object.
+    expected = expected.astype({"first_token_s": float, "finish_s": float})
+    pd.testing.assert_frame_equal(frame, expected)
+    assert frame["admitted_s"].isna().tolist() == [i % 4 == 0 for i in range(10)]
+
+
+def test_key_lists_and_huge_integers_survive_packing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Table, "CHUNK_ROWS", 2)
+    huge = 2**70
+    rows = [
+        PrefetchRecord(i, 0.0, 1.0, "discarded", 0, 8, 8, 8, False, k, [k], 0, None, 0, 1, 512)
+        for i, k in enumerate([5, huge, 7])
+    ]
+    table = Table(PrefetchRecord)
+    for row in rows:
+        table.append(row)
+    frame = table.frame()
+    assert frame["endpoint_key"].tolist() == [5, huge, 7]
+    assert frame["swa_keys"].tolist() == [[5], [huge], [7]]
+    assert frame["mamba_keys"].tolist() == [None, None, None]
+    assert frame["terminated"].dtype == bool
+
+
+def test_an_empty_table_has_its_columns() -> None:
+    assert list(Table(RequestRecord).frame().columns) == list(RequestRecord._fields)
+
+
+def test_a_run_packed_in_tiny_chunks_gives_the_same_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = make_scenario(**{"workload.requests": 300, "duration_s": 60})
+    whole = run(scenario).tables
+    monkeypatch.setattr(Table, "CHUNK_ROWS", 7)
+    chunked = run(scenario).tables
+    for name in ("requests", "prefetches", "writes"):
+        assert len(whole[name]) > 7, name
+        pd.testing.assert_frame_equal(whole[name], chunked[name], obj=name)
