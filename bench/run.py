@@ -51,11 +51,27 @@ elif case["kind"] == "simpy":
     t = time.perf_counter(); env.run(); wall = time.perf_counter() - t
     out = {"wall_s": wall, "events": case["events"] + 1, "requests": 0}
 else:
+    from pathlib import Path
     import sim
-    sc = sim.load_scenario(case["scenario"], case.get("overrides", []))
+    from sim.scenario import (apply_override, build_scenario, parse_override, read_document,
+                              resolve_paths)
+    doc = read_document(Path(case["scenario"]))
+    for dotted in case.get("drop", []):
+        *parents, last = dotted.split(".")
+        node = doc
+        for part in parents:
+            node = node[part]
+        del node[last]
+    for key, value in map(parse_override, case.get("overrides", [])):
+        apply_override(doc, key, value)
+    resolve_paths(doc, Path(case["scenario"]).parent)
+    sc = build_scenario(doc, case["scenario"])
+    before_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t = time.perf_counter(); result = sim.run(sc); wall = time.perf_counter() - t
+    tables = sum(int(f.memory_usage(deep=True).sum()) for f in result.tables.values())
     out = {"wall_s": wall, "events": result.summary["events"],
-           "requests": len(result.tables["requests"])}
+           "requests": len(result.tables["requests"]),
+           "imports_rss_mib": before_mib, "tables_mib": tables / 2**20}
 out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """
@@ -63,13 +79,40 @@ print(json.dumps(out))
 
 def run_case(case: dict[str, object]) -> dict[str, float]:
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(case)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
+        [sys.executable, "-c", CHILD, json.dumps(case)], capture_output=True, text=True, cwd=REPO
     )
+    if proc.returncode != 0:
+        sys.exit(f"bench case {case} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+SWEEP_SEEDS = 5
+"""5 failure rates x 2 heal rules x 5 seeds = 50 runs of about 0.25 s each."""
+
+
+def scaling_cases(requests: int) -> list[tuple[str, dict[str, object]]]:
+    """The demo at `requests` requests, varying one thing: pages per request, or pool count."""
+    base = [f"workload.requests={requests}", f"duration_s={requests / 4 + 600}", "warmup_s=0"]
+    cases: list[tuple[str, dict[str, object]]] = []
+    for pages in (16, 64, 256):
+        # Prefill speed grows with the prompt so the server stays as loaded as the demo's.
+        speed = [
+            f"workload.prefix_tokens={pages * 64}",
+            f"compute.prefill_tokens_per_s={pages * 312}",
+        ]
+        cases.append((f"pages_per_request_{pages}", {"overrides": base + speed}))
+    kv_only = ["model.swa", "storage.pools.swa", "device.swa_pages"]
+    mamba = [
+        "model.mamba={state_bytes: 75497472}",
+        "device.mamba_slots=64",
+        "storage.pools.mamba={}",
+    ]
+    cases.append(("pools_kv", {"overrides": base, "drop": kv_only}))
+    cases.append(("pools_kv_swa", {"overrides": base}))
+    cases.append(("pools_kv_swa_mamba", {"overrides": base + mamba}))
+    return [
+        (name, {"kind": "sim", "scenario": "scenarios/demo.yaml", **spec}) for name, spec in cases
+    ]
 
 
 def sweep_wall(executor: str, workers: int, seeds: int) -> float:
@@ -112,6 +155,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--quick", action="store_true", help="sizes 10k,100k; repeat 1")
+    parser.add_argument(
+        "--scaling-requests", type=int, default=10_000, help="requests per scaling case (0: skip)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.repeat = "10000,100000", 1
@@ -137,6 +183,8 @@ def main() -> None:
         ]
         spec = {"kind": "sim", "scenario": "scenarios/demo.yaml", "overrides": overrides}
         cases.append((f"shared_prefix_{n}", spec, args.repeat if n < 1_000_000 else 1))
+    if args.scaling_requests:
+        cases += [(n, c, args.repeat) for n, c in scaling_cases(args.scaling_requests)]
 
     rows = []
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
@@ -158,6 +206,9 @@ def main() -> None:
             "peak_rss_mib": max(s["peak_rss_mib"] for s in samples),
             "us_per_request": 1e6 * wall / samples[0]["requests"] if samples[0]["requests"] else 0,
         }
+        for extra in ("imports_rss_mib", "tables_mib"):
+            if extra in samples[0]:
+                med[extra] = statistics.median(s[extra] for s in samples)
         medians[name] = med
         print(f"{name:24s} " + "  ".join(f"{k}={v:,.1f}" for k, v in med.items()), flush=True)
         for metric, value in med.items():
@@ -165,11 +216,12 @@ def main() -> None:
                 [stamp, revision, command, versions(), machine, name, metric, value, repeat]
             )
 
-    serial = statistics.median(sweep_wall("serial", 1, 2) for _ in range(args.repeat))
-    process = statistics.median(sweep_wall("process", 2, 2) for _ in range(args.repeat))
+    serial = statistics.median(sweep_wall("serial", 1, SWEEP_SEEDS) for _ in range(args.repeat))
+    process = statistics.median(sweep_wall("process", 2, SWEEP_SEEDS) for _ in range(args.repeat))
     for name, value in (("sweep_serial_wall_s", serial), ("sweep_process2_wall_s", process)):
         rows.append([stamp, revision, command, versions(), machine, name, "wall_s", value, 1])
-    print(f"sweep (20 runs, run_sweep only): serial {serial:.1f} s, process x2 {process:.1f} s")
+    runs = 10 * SWEEP_SEEDS
+    print(f"sweep ({runs} runs, run_sweep only): serial {serial:.1f} s, process x2 {process:.1f} s")
 
     yard = medians["simpy_timeout_loop"]["events_per_s"]
     print("\nratios against the targets (issue 5):")
@@ -182,7 +234,11 @@ def main() -> None:
     if small in medians and large in medians and small != large:
         ratio = medians[large]["us_per_request"] / medians[small]["us_per_request"]
         print(f"  time per request at {sizes[-1]:,} / at {sizes[0]:,}: {ratio:.2f}x")
-        print(f"  peak RSS at {sizes[-1]:,}: {medians[large]['peak_rss_mib']:.0f} MiB")
+        big = medians[large]
+        print(
+            f"  peak RSS at {sizes[-1]:,}: {big['peak_rss_mib']:.0f} MiB "
+            f"(imports {big['imports_rss_mib']:.0f} MiB, final tables {big['tables_mib']:.0f} MiB)"
+        )
     print(f"  process sweep on 2 workers: {serial / process:.2f}x serial")
 
     new = not RESULTS.exists()

@@ -159,7 +159,7 @@ class Table:
                 data[name] = np.concatenate(parts)
             else:
                 data[name] = list(chain.from_iterable(_as_list(part) for part in parts))
-        return pd.DataFrame(data)
+        return pd.DataFrame(data, copy=False)  # the concatenated columns are already new
 
     def _pack(self) -> None:
         if not self._rows:
