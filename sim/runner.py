@@ -58,9 +58,9 @@ def run(
     rec = sim.records
     pools = tuple(f"storage_{p}_bytes" for p in ("kv", "swa", "mamba") if p in sim.storage.pools)
     tables = {
-        "requests": rec.requests.frame().sort_values("rid", kind="stable").reset_index(drop=True),
-        "prefetches": rec.prefetches.frame(),
-        "writes": rec.writes.frame(),
+        "requests": rec.requests.drain().sort_values("rid", kind="stable").reset_index(drop=True),
+        "prefetches": rec.prefetches.drain(),
+        "writes": rec.writes.drain(),
         "timeseries": pd.DataFrame.from_records(
             rec.timeseries, columns=list(TIMESERIES_COLUMNS + pools)
         ),

@@ -85,7 +85,7 @@ def test_capacities_hold_and_every_request_ends_in_one_outcome() -> None:
             assert pool.capacity_objects is None or len(pool) <= pool.capacity_objects
     sim.finish()
     assert steps > 1000
-    requests = sim.records.requests.frame()
+    requests = sim.records.requests.drain()
     assert requests["rid"].is_unique
     assert set(requests["outcome"]) <= {"finished", "unfinished", "rejected"}
 

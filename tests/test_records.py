@@ -17,14 +17,15 @@ def request_row(rid: int, admitted_s: float | None) -> RequestRecord:
     )
 
 
-def test_packed_chunks_equal_the_rows_they_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_drained_chunks_equal_the_rows_they_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Table, "CHUNK_ROWS", 3)
     rows = [request_row(i, None if i % 4 == 0 else i + 0.25) for i in range(10)]
     table = Table(RequestRecord)
     for row in rows:
         table.append(row)
     assert len(table) == 10
-    frame = table.frame()
+    frame = table.drain()
+    assert len(table) == 0
     expected = pd.DataFrame.from_records(rows, columns=list(RequestRecord._fields))
     # A float column of None only is float (all NaN), where pandas alone would make it object.
     expected = expected.astype({"first_token_s": float, "finish_s": float})
@@ -42,7 +43,7 @@ def test_key_lists_and_huge_integers_survive_packing(monkeypatch: pytest.MonkeyP
     table = Table(PrefetchRecord)
     for row in rows:
         table.append(row)
-    frame = table.frame()
+    frame = table.drain()
     assert frame["endpoint_key"].tolist() == [5, huge, 7]
     assert frame["swa_keys"].tolist() == [[5], [huge], [7]]
     assert frame["mamba_keys"].tolist() == [None, None, None]
@@ -50,7 +51,7 @@ def test_key_lists_and_huge_integers_survive_packing(monkeypatch: pytest.MonkeyP
 
 
 def test_an_empty_table_has_its_columns() -> None:
-    assert list(Table(RequestRecord).frame().columns) == list(RequestRecord._fields)
+    assert list(Table(RequestRecord).drain().columns) == list(RequestRecord._fields)
 
 
 def test_a_run_packed_in_tiny_chunks_gives_the_same_tables(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -147,14 +147,21 @@ class Table:
     def __len__(self) -> int:
         return self._packed + len(self._rows)
 
-    def frame(self) -> pd.DataFrame:
-        """The table as a DataFrame (None in a float column becomes NaN)."""
+    def drain(self) -> pd.DataFrame:
+        """The table as a DataFrame, leaving the table empty (None in a float column is NaN).
+
+        Each column's chunks are released as soon as the column is built, so the rows are held
+        about once, not twice, while a long run's tables are made.
+        """
         self._pack()
-        if not self._chunks:
+        chunks, self._chunks, self._packed = self._chunks, [], 0
+        if not chunks:
             return pd.DataFrame.from_records([], columns=list(self.columns))
         data: dict[str, Column] = {}
         for i, name in enumerate(self.columns):
-            parts = [chunk[i] for chunk in self._chunks]
+            parts = [chunk[i] for chunk in chunks]
+            for chunk in chunks:
+                chunk[i] = []
             if all(isinstance(part, np.ndarray) for part in parts):
                 data[name] = np.concatenate(parts)
             else:
