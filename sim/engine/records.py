@@ -128,7 +128,7 @@ Column = np.ndarray | list[Any]
 class Table:
     """An append-only table of one record type, packed into typed columns as it grows."""
 
-    CHUNK_ROWS = 65_536
+    CHUNK_ROWS = 8_192
 
     def __init__(self, row_type: type[tuple[Any, ...]]) -> None:
         types = get_type_hints(row_type)
