@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import random
+from collections import Counter, OrderedDict
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -162,6 +163,27 @@ def test_inflight_pages_are_counted() -> None:
     assert 1 not in inflight and 2 in inflight and 3 in inflight
     inflight.remove([2, 3])
     assert 2 not in inflight and 3 not in inflight
+
+
+def test_inflight_counts_agree_with_a_reference_count() -> None:
+    """Random overlapping node writes, acknowledged in random order, against a plain Counter."""
+    rng = random.Random(3)
+    inflight, reference = InflightPages(), Counter[int]()
+    pending: list[list[int]] = []
+    for _ in range(400):
+        if pending and rng.random() < 0.5:
+            pages = pending.pop(rng.randrange(len(pending)))
+            inflight.remove(pages)
+            reference.subtract(pages)
+        else:
+            start = rng.randrange(20)
+            pages = list(range(start, start + rng.randrange(1, 6)))
+            pending.append(pages)
+            inflight.add(pages)
+            reference.update(pages)
+        held = {key for key, count in reference.items() if count > 0}
+        assert {key for key in range(30) if key in inflight} == held
+        assert len(inflight) == len(held)
 
 
 # ---------------------------------------------------------------- gate_backup
