@@ -573,7 +573,7 @@ class Simulation:
                     self.env.now,
                     self._cum_discards,
                     len(self.existence),
-                    self.existence.count_absent_recent(self.storage.pools["kv"]),
+                    self.existence.count_absent_recent(self.storage.pools["kv"].keys()),
                     len(self.heal_dropped),
                     self.tree.kv_used,
                     self.tree.swa_used,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import KeysView, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,6 +57,10 @@ class StoragePool:
 
     def __contains__(self, key: object) -> bool:
         return key in self._objects
+
+    def keys(self) -> KeysView[int]:
+        """The stored keys, as a live set view."""
+        return self._objects.keys()
 
     @property
     def stored_bytes(self) -> int:
