@@ -19,6 +19,7 @@ def request_row(rid: int, admitted_s: float | None) -> RequestRecord:
 
 def test_drained_chunks_equal_the_rows_they_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Table, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(Table, "MERGE_ROWS", 6)
     rows = [request_row(i, None if i % 4 == 0 else i + 0.25) for i in range(10)]
     table = Table(RequestRecord)
     for row in rows:
@@ -58,6 +59,7 @@ def test_a_run_packed_in_tiny_chunks_gives_the_same_tables(monkeypatch: pytest.M
     scenario = make_scenario(**{"workload.requests": 300, "duration_s": 60})
     whole = run(scenario).tables
     monkeypatch.setattr(Table, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(Table, "MERGE_ROWS", 21)
     chunked = run(scenario).tables
     for name in ("requests", "prefetches", "writes"):
         assert len(whole[name]) > 7, name

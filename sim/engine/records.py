@@ -126,15 +126,22 @@ Column = np.ndarray | list[Any]
 
 
 class Table:
-    """An append-only table of one record type, packed into typed columns as it grows."""
+    """An append-only table of one record type, packed into typed columns as it grows.
+
+    Rows are packed every CHUNK_ROWS rows (few rows are ever held as tuples) and small chunks
+    are merged every MERGE_ROWS rows into large arrays, which the allocator maps on their own
+    and so gives back to the system when `drain` releases them.
+    """
 
     CHUNK_ROWS = 8_192
+    MERGE_ROWS = 131_072
 
     def __init__(self, row_type: type[tuple[Any, ...]]) -> None:
         types = get_type_hints(row_type)
         self.columns: tuple[str, ...] = row_type._fields  # type: ignore[attr-defined]
         self._dtypes = [_DTYPES.get(types[name]) for name in self.columns]
         self._rows: list[tuple[Any, ...]] = []
+        self._small: list[list[Column]] = []
         self._chunks: list[list[Column]] = []
         self._packed = 0
 
@@ -154,19 +161,11 @@ class Table:
         about once, not twice, while a long run's tables are made.
         """
         self._pack()
+        self._merge()
         chunks, self._chunks, self._packed = self._chunks, [], 0
         if not chunks:
             return pd.DataFrame.from_records([], columns=list(self.columns))
-        data: dict[str, Column] = {}
-        for i, name in enumerate(self.columns):
-            parts = [chunk[i] for chunk in chunks]
-            for chunk in chunks:
-                chunk[i] = []
-            if all(isinstance(part, np.ndarray) for part in parts):
-                data[name] = np.concatenate(parts)
-            else:
-                data[name] = list(chain.from_iterable(_as_list(part) for part in parts))
-        return pd.DataFrame(data, copy=False)  # the concatenated columns are already new
+        return pd.DataFrame(_merged_columns(chunks, self.columns), copy=False)
 
     def _pack(self) -> None:
         if not self._rows:
@@ -174,9 +173,31 @@ class Table:
         columns = zip(*self._rows, strict=True)
         dtypes = self._dtypes
         packed = [_column(values, dtype) for values, dtype in zip(columns, dtypes, strict=True)]
-        self._chunks.append(packed)
+        self._small.append(packed)
         self._packed += len(self._rows)
         self._rows = []
+        if len(self._small) * self.CHUNK_ROWS >= self.MERGE_ROWS:
+            self._merge()
+
+    def _merge(self) -> None:
+        if self._small:
+            merged = _merged_columns(self._small, self.columns)
+            self._chunks.append(list(merged.values()))
+            self._small = []
+
+
+def _merged_columns(chunks: list[list[Column]], names: Sequence[str]) -> dict[str, Column]:
+    """Concatenate chunks column by column, emptying each chunk's column once it is copied."""
+    data: dict[str, Column] = {}
+    for i, name in enumerate(names):
+        parts = [chunk[i] for chunk in chunks]
+        for chunk in chunks:
+            chunk[i] = []
+        if all(isinstance(part, np.ndarray) for part in parts):
+            data[name] = np.concatenate(parts)
+        else:
+            data[name] = list(chain.from_iterable(_as_list(part) for part in parts))
+    return data
 
 
 def _column(values: tuple[Any, ...], dtype: type | None) -> Column:
