@@ -355,12 +355,13 @@ class RadixTree:
 
     @staticmethod
     def _kv_evictable(node: Node) -> bool:
-        return (
-            node.alive
-            and node.on_device
-            and node.lock_ref == 0
-            and not any(c.on_device for c in node.children.values())
-        )
+        """An unlocked device leaf: no child of it is on the device."""
+        if not (node.alive and node.on_device and node.lock_ref == 0):
+            return False
+        for child in node.children.values():
+            if child.on_device:
+                return False
+        return True
 
     @staticmethod
     def _swa_evictable(node: Node) -> bool:
