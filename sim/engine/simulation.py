@@ -36,6 +36,9 @@ def stream(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(STREAMS[name],)))
 
 
+_simpy_step = simpy.Environment.step
+
+
 class CountingEnvironment(simpy.Environment):
     """A SimPy environment that counts processed events (the `events` summary key)."""
 
@@ -45,7 +48,7 @@ class CountingEnvironment(simpy.Environment):
 
     def step(self) -> None:
         self.events += 1
-        super().step()
+        _simpy_step(self)  # cheaper than super() once per event
 
 
 @dataclass
