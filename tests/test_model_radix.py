@@ -166,6 +166,22 @@ def test_reserve_evicts_leaves_before_their_parent() -> None:
     assert tree.kv_used == 0 and tree.nodes == 0 and tree.root.children == {}
 
 
+def test_eviction_stays_lru_while_a_heap_is_compacted() -> None:
+    """A chain's parent that becomes a leaf mid-eviction is found even if that push compacts
+    the heap. The lazy heap compacts after about a thousand stale entries; the loop puts the
+    compaction before, during and after the eviction. (Before the heaps were compacted in
+    place, an eviction that compacted kept popping the old list and took the most recent node.)
+    """
+    for touches in range(1000, 1080):
+        tree = make_tree(kv=16)
+        chain = [tree.insert(list(range(1, 4 * n + 1)), float(n))[0] for n in (1, 2, 3)]
+        recent, _ = tree.insert([100, 101, 102, 103], 4.0)
+        for i in range(touches):
+            tree.touch(recent, 5.0 + i)
+        assert tree.reserve(12, 0), touches
+        assert recent.on_device and not any(node.on_device for node in chain), touches
+
+
 def test_locked_nodes_are_never_evicted() -> None:
     tree = make_tree(kv=10)
     a, _ = tree.insert([1, 2, 3, 4], 1.0)

@@ -118,12 +118,19 @@ class RadixTree:
             "mamba": [],
             "host": [],
         }
+        has = {
+            "kv": True,
+            "swa": self.has_swa,
+            "mamba": self.has_mamba,
+            "host": host_cache_pages is not None,
+        }
         self._pushed = [
             (heap, self._EVICTABLE[resource], resource)
             for resource, heap in self._heaps.items()
-            if self._tracks(resource)
+            if has[resource]
         ]
-        """The heaps a node is pushed onto: only those of resources this tree has."""
+        """The heaps a node is pushed onto: only those of resources this tree has. Heaps are
+        compacted in place, so these references and an eviction's own stay current."""
 
     @property
     def has_swa(self) -> bool:
@@ -327,14 +334,6 @@ class RadixTree:
             else:
                 return False
         return True
-
-    def _tracks(self, resource: str) -> bool:
-        return {
-            "kv": True,
-            "swa": self.has_swa,
-            "mamba": self.has_mamba,
-            "host": self.host_capacity is not None,
-        }[resource]
 
     def _push(self, node: Node) -> None:
         entry = (node.last_access_s, node.nid, node)
