@@ -51,6 +51,19 @@ def test_key_lists_and_huge_integers_survive_packing(monkeypatch: pytest.MonkeyP
     assert frame["terminated"].dtype == bool
 
 
+def test_values_that_do_not_fit_a_column_type_are_kept_as_they_are() -> None:
+    """No silent truncation or coercion: the column falls back to objects instead."""
+    fits = PrefetchRecord(1, 0, 1, "success", 3, 8, 8, 8, True, 6, None, 0, None, 0, 0, 512)
+    rows = [fits._replace(rid=0, start_page=2.5, terminated=None), fits]
+    table = Table(PrefetchRecord)
+    for row in rows:
+        table.append(row)
+    frame = table.drain()
+    assert frame["start_page"].tolist() == [2.5, 3]
+    assert frame["terminated"].tolist() == [None, True]
+    assert frame["issued_s"].dtype == float and frame["span_pages"].dtype == "int64"
+
+
 def test_an_empty_table_has_its_columns() -> None:
     assert list(Table(RequestRecord).drain().columns) == list(RequestRecord._fields)
 

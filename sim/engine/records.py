@@ -201,13 +201,21 @@ def _merged_columns(chunks: list[list[Column]], names: Sequence[str]) -> dict[st
 
 
 def _column(values: tuple[Any, ...], dtype: type | None) -> Column:
-    """A typed array, or the values themselves when the type has none or they overflow it."""
+    """A typed array, or the values themselves when they do not all fit the type exactly.
+
+    Floats take ints and None (as NaN); ints and bools take only their own kind, so a float in
+    an int field, a None in a bool field or an int beyond int64 keeps the column as objects
+    instead of being truncated or coerced.
+    """
     if dtype is None:
         return list(values)
-    try:
-        return np.array(values, dtype=dtype)
-    except OverflowError:
-        return list(values)
+    if dtype is np.float64:
+        try:
+            return np.array(values, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            return list(values)
+    inferred = np.array(values)
+    return inferred if inferred.dtype == dtype else list(values)
 
 
 def _as_list(part: Column) -> list[Any]:
