@@ -17,13 +17,17 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results.csv"
 TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+DEMO = REPO / "scenarios" / "demo.yaml"
 
 CHILD = r"""
 import json, resource, sys, time
@@ -51,21 +55,8 @@ elif case["kind"] == "simpy":
     t = time.perf_counter(); env.run(); wall = time.perf_counter() - t
     out = {"wall_s": wall, "events": case["events"] + 1, "requests": 0}
 else:
-    from pathlib import Path
     import sim
-    from sim.scenario import (apply_override, build_scenario, parse_override, read_document,
-                              resolve_paths)
-    doc = read_document(Path(case["scenario"]))
-    for dotted in case.get("drop", []):
-        *parents, last = dotted.split(".")
-        node = doc
-        for part in parents:
-            node = node[part]
-        del node[last]
-    for key, value in map(parse_override, case.get("overrides", [])):
-        apply_override(doc, key, value)
-    resolve_paths(doc, Path(case["scenario"]).parent)
-    sc = build_scenario(doc, case["scenario"])
+    sc = sim.load_scenario(case["scenario"], case.get("overrides", []))
     before_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t = time.perf_counter(); result = sim.run(sc); wall = time.perf_counter() - t
     tables = sum(int(f.memory_usage(deep=True).sum()) for f in result.tables.values())
@@ -90,28 +81,42 @@ SWEEP_SEEDS = 5
 """5 failure rates x 2 heal rules x 5 seeds = 50 runs of about 0.25 s each."""
 
 
-def scaling_cases(requests: int) -> list[tuple[str, dict[str, object]]]:
+def demo_at(requests: int) -> list[str]:
+    """Overrides that run the demo's workload for `requests` requests, all of them counted."""
+    return [f"workload.requests={requests}", f"duration_s={requests / 4 + 600}", "warmup_s=0"]
+
+
+def kv_only_demo(folder: Path) -> Path:
+    """The demo without its SWA pool, in `folder` (an override can set a key, not drop it)."""
+    doc = yaml.safe_load(DEMO.read_text())
+    del doc["model"]["swa"], doc["storage"]["pools"]["swa"], doc["device"]["swa_pages"]
+    path = folder / "demo_kv_only.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def scaling_cases(requests: int, folder: Path) -> list[tuple[str, dict[str, object]]]:
     """The demo at `requests` requests, varying one thing: pages per request, or pool count."""
-    base = [f"workload.requests={requests}", f"duration_s={requests / 4 + 600}", "warmup_s=0"]
-    cases: list[tuple[str, dict[str, object]]] = []
+    base = demo_at(requests)
+    cases: list[tuple[str, str, list[str]]] = []
     for pages in (16, 64, 256):
         # Prefill speed grows with the prompt so the server stays as loaded as the demo's.
         speed = [
             f"workload.prefix_tokens={pages * 64}",
             f"compute.prefill_tokens_per_s={pages * 312}",
         ]
-        cases.append((f"pages_per_request_{pages}", {"overrides": base + speed}))
-    kv_only = ["model.swa", "storage.pools.swa", "device.swa_pages"]
+        cases.append((f"pages_per_request_{pages}", str(DEMO), base + speed))
     mamba = [
         "model.mamba={state_bytes: 75497472}",
         "device.mamba_slots=64",
         "storage.pools.mamba={}",
     ]
-    cases.append(("pools_kv", {"overrides": base, "drop": kv_only}))
-    cases.append(("pools_kv_swa", {"overrides": base}))
-    cases.append(("pools_kv_swa_mamba", {"overrides": base + mamba}))
+    cases.append(("pools_kv", str(kv_only_demo(folder)), base))
+    cases.append(("pools_kv_swa", str(DEMO), base))
+    cases.append(("pools_kv_swa_mamba", str(DEMO), base + mamba))
     return [
-        (name, {"kind": "sim", "scenario": "scenarios/demo.yaml", **spec}) for name, spec in cases
+        (name, {"kind": "sim", "scenario": path, "overrides": overrides})
+        for name, path, overrides in cases
     ]
 
 
@@ -165,7 +170,7 @@ def main() -> None:
 
     cases: list[tuple[str, dict[str, object], int]] = [
         ("simpy_timeout_loop", {"kind": "simpy", "events": 1_000_000}, args.repeat),
-        ("demo", {"kind": "sim", "scenario": "scenarios/demo.yaml"}, args.repeat),
+        ("demo", {"kind": "sim", "scenario": str(DEMO)}, args.repeat),
     ]
     if TRACE.exists():
         cases.append(
@@ -176,15 +181,12 @@ def main() -> None:
             )
         )
     for n in sizes:
-        overrides = [
-            f"workload.requests={n}",
-            f"duration_s={n / 4 + 600}",
-            "warmup_s=0",
-        ]
-        spec = {"kind": "sim", "scenario": "scenarios/demo.yaml", "overrides": overrides}
+        spec = {"kind": "sim", "scenario": str(DEMO), "overrides": demo_at(n)}
         cases.append((f"shared_prefix_{n}", spec, args.repeat if n < 1_000_000 else 1))
+    scratch = tempfile.TemporaryDirectory(prefix="hicache-bench-")
     if args.scaling_requests:
-        cases += [(n, c, args.repeat) for n, c in scaling_cases(args.scaling_requests)]
+        scaling = scaling_cases(args.scaling_requests, Path(scratch.name))
+        cases += [(name, case, args.repeat) for name, case in scaling]
 
     rows = []
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
