@@ -40,9 +40,12 @@ class ExistenceCache:
                 refresh(key)
             else:
                 lru[key] = None
-        while len(lru) > self.entries:
-            lru.popitem(last=False)
-            self.evictions += 1
+        excess = len(lru) - self.entries
+        if excess > 0:
+            evict = lru.popitem
+            for _ in range(excess):
+                evict(last=False)
+            self.evictions += excess
 
     def contains(self, key: int) -> bool:
         """Membership that refreshes recency, as a real lookup does."""
