@@ -245,13 +245,17 @@ class _KeyedError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
-def _check_duplicate_keys(
+def _check_document(
     node: yaml.Node | None, path: str = "", active: frozenset[int] = frozenset()
 ) -> None:
-    """Refuse duplicate mapping keys (YAML would silently keep the last), naming the dotted key,
-    and aliases that contain themselves."""
+    """Refuse, naming the dotted key: duplicate mapping keys (YAML would silently keep the
+    last), aliases that contain themselves, and binary data (`!!binary` becomes bytes, which no
+    scenario value is and which a value typed loosely, like a sweep grid's, would let through)."""
     if id(node) in active:
         raise ScenarioError("", path or None, "a YAML alias refers to itself")
+    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:binary":
+        line = node.start_mark.line + 1
+        raise ScenarioError("", path or None, f"binary data is not a scenario value (line {line})")
     active = active | {id(node)}
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
@@ -263,10 +267,10 @@ def _check_duplicate_keys(
                     "", dotted, f"duplicate key (line {key_node.start_mark.line + 1})"
                 )
             seen.add(key)
-            _check_duplicate_keys(value_node, dotted, active)
+            _check_document(value_node, dotted, active)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_duplicate_keys(item, f"{path}.{i}" if path else str(i), active)
+            _check_document(item, f"{path}.{i}" if path else str(i), active)
 
 
 LOADER_ERRORS = (
@@ -299,9 +303,9 @@ class _SafeLoader(yaml.SafeLoader):
 
 
 def _safe_load(text: str) -> Any:
-    """Safe YAML (no object-constructing tags) with duplicate keys refused."""
+    """Safe YAML (no object-constructing tags), checked by `_check_document`."""
     try:
-        _check_duplicate_keys(yaml.compose(text, Loader=_SafeLoader))
+        _check_document(yaml.compose(text, Loader=_SafeLoader))
         return yaml.load(text, Loader=_SafeLoader)
     except RecursionError:
         raise yaml.YAMLError(f"nested too deeply (line {_deep_line(text)})") from None

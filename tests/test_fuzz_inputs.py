@@ -1095,7 +1095,7 @@ YAML_LOADER_CRASHES = {
     "int-tag-on-empty": "extra: !!int ''\n",  # IndexError
     "int-of-5000-digits": f"extra: {'9' * 5000}\n",  # ValueError: int max str digits
     "nesting-20000-deep": f"deep: {nested(20_000, 'seq')}\n",  # RecursionError in yaml.compose
-    "recursive-alias": "deep: &r [*r]\n",  # RecursionError in _check_duplicate_keys
+    "recursive-alias": "deep: &r [*r]\n",  # RecursionError in _check_document
 }
 
 
@@ -1103,6 +1103,18 @@ YAML_LOADER_CRASHES = {
 def test_bug_yaml_the_loader_chokes_on_exits_2_not_1(tmp_path: Path, text: str):
     (tmp_path / SCENARIO).write_text(dump(make_doc(**TINY)) + text, encoding="utf-8")
     assert_exit_2_and_nothing_written(tmp_path)
+
+
+def test_bug_binary_value_in_a_sweep_grid_exits_2_not_1(tmp_path: Path):
+    # Found by the document fuzzer: a grid takes any values, so `!!binary` bytes passed
+    # validation and `run` failed with UnicodeDecodeError while writing the resolved config.
+    doc = dump(make_doc(**TINY, sweep={"grid": {"heal": ["BINARY", "exact"]}}))
+    text = doc.replace("BINARY", "!!binary gA==")
+    assert "!!binary gA==" in text
+    (tmp_path / SCENARIO).write_text(text, encoding="utf-8")
+    assert_exit_2_and_nothing_written(tmp_path)
+    result = cli_in(tmp_path, "validate", SCENARIO)
+    assert "sweep.grid.heal.0" in result.output and "binary" in result.output
 
 
 @pytest.mark.parametrize(
