@@ -22,8 +22,13 @@ from tqdm import tqdm
 
 from sim.outputs.metrics import SUMMARY_KEYS
 from sim.runner import RunResult, run
-from sim.scenario import Scenario, ScenarioError, check_references, load_scenario
-from sim.workload import iter_trace
+from sim.scenario import (
+    Scenario,
+    ScenarioError,
+    check_references,
+    load_scenario,
+    scenario_model,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,11 +95,7 @@ def _load(
 
 def _trace_requests(scenario: Scenario) -> int:
     """Requests in the scenario's trace (0 without one); a malformed line raises ScenarioError."""
-    path = scenario.trace_path()
-    if path is None:
-        return 0
-    block = scenario.workload.block_tokens  # type: ignore[union-attr]
-    return sum(1 for _ in iter_trace(path, block))
+    return scenario.workload.scan()
 
 
 _set_option = click.option(
@@ -385,7 +386,7 @@ def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
 @cli.command("schema")
 def schema_cmd() -> None:
     """Print the scenario JSON Schema."""
-    click.echo(json.dumps(Scenario.model_json_schema(), indent=2))
+    click.echo(json.dumps(scenario_model().model_json_schema(), indent=2))
 
 
 @cli.command("plot")

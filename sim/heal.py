@@ -1,8 +1,8 @@
 """Healing rules: which existence beliefs to drop after a discarded hybrid prefetch.
 
 `keep_pages` is the contract rule from SGLang's fix; the others exist to compare against it.
-A rule is a function `(DiscardView) -> pages to drop`; registering one in `RULES` is all it
-takes to make it selectable with the scenario key `heal`.
+A rule is a function `(DiscardView) -> pages to drop`, registered in `RULES` under the name the
+scenario key `heal` selects it by; the schema accepts exactly the registered names.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sim.model.prefetch import PrefetchOp
 from sim.model.storage import Storage
+from sim.registry import Registry
 
 
 def keep_pages(
@@ -42,17 +43,22 @@ class DiscardView:
     op: PrefetchOp
     page_size: int
     storage: Storage
-    window_pages: int
 
 
 HealRule = Callable[[DiscardView], list[int]]
 
+RULES: Registry[HealRule] = Registry("heal rule")
 
+
+@RULES.register("none")
 def _none(view: DiscardView) -> list[int]:
+    """SGLang before the fix: nothing is dropped."""
     return []
 
 
+@RULES.register("keep_pages")
 def _keep_pages(view: DiscardView) -> list[int]:
+    """The fix: drop the beliefs past what every pool really served."""
     op = view.op
     span = op.hit_span
     aux = [(None if t.keys is None else len(t.keys), t.hit_pages) for t in op.aux]
@@ -60,25 +66,20 @@ def _keep_pages(view: DiscardView) -> list[int]:
     return list(span[keep:])
 
 
+@RULES.register("drop_chain")
 def _drop_chain(view: DiscardView) -> list[int]:
+    """Drop every belief of the hit span."""
     return list(view.op.hit_span)
 
 
+@RULES.register("exact")
 def _exact(view: DiscardView) -> list[int]:
     """Oracle: drop only the pages whose KV object, or whose aux tail object, is really missing."""
     span = view.op.hit_span
-    kv = view.storage.pools["kv"]
+    storage = view.storage
+    kv = storage.kv
     missing = {key for key in span if key not in kv}
-    for pool in view.storage.aux_pools:
-        n = view.storage.tail_len(pool, len(span))
-        store = view.storage.pools[pool]
-        missing.update(key for key in span[len(span) - n :] if key not in store)
+    for pool in storage.aux:
+        store = storage.pools[pool.name]
+        missing.update(key for key in pool.tail_keys(span, len(span)) if key not in store)
     return [key for key in span if key in missing]
-
-
-RULES: dict[str, HealRule] = {
-    "none": _none,
-    "keep_pages": _keep_pages,
-    "drop_chain": _drop_chain,
-    "exact": _exact,
-}

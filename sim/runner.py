@@ -9,7 +9,6 @@ from typing import Any
 
 import pandas as pd
 
-from sim.engine.records import TIMESERIES_COLUMNS
 from sim.engine.simulation import Simulation
 from sim.model.loops import Loop
 from sim.outputs.metrics import summarize
@@ -55,33 +54,20 @@ def run(
             f"of {scenario.duration_s:g} s"
         ) from None
     wall_s = time.perf_counter() - started
-    rec = sim.records
-    pools = tuple(f"storage_{p}_bytes" for p in ("kv", "swa", "mamba") if p in sim.storage.pools)
-    tables = {
-        "requests": rec.requests.drain().sort_values("rid", kind="stable").reset_index(drop=True),
-        "prefetches": rec.prefetches.drain(),
-        "writes": rec.writes.drain(),
-        "timeseries": pd.DataFrame.from_records(
-            rec.timeseries, columns=list(TIMESERIES_COLUMNS + pools)
-        ),
-    }
+    tables = sim.records.tables()
     if storage_trace:
         tables["storage_trace"] = _storage_trace(sim)
-    loops = sim.loops.all_loops()
+    loops = sim.model.loops.all_loops()
     summary = summarize(
         tables,
         loops,
+        aux_pools=[pool.name for pool in sim.storage.aux],
         warmup_s=scenario.warmup_s,
         events=sim.env.events,
         wall_s=wall_s,
-        counters=sim.counters,
+        counters={"hit_query_dropped_beliefs": sim.prefetcher.hit_query_dropped_beliefs},
     )
-    for name, pool in sim.storage.pools.items():
-        summary[f"storage_{name}_get_hits"] = pool.get_hits
-        summary[f"storage_{name}_get_misses"] = pool.get_misses
-        summary[f"storage_{name}_put_hits"] = pool.put_hits
-        summary[f"storage_{name}_put_inserts"] = pool.put_inserts
-        summary[f"storage_{name}_evictions"] = pool.evictions
+    summary.update(sim.storage.counters())
     return RunResult(scenario, summary, tables, loops)
 
 

@@ -9,94 +9,84 @@ failure becomes a `ScenarioError` that names the file and the offending key.
 
 from __future__ import annotations
 
-import math
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, cast
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, create_model, model_validator
 
-POOL_NAMES = ("kv", "swa", "mamba")
-AUX_POOLS = ("swa", "mamba")
+from sim.heal import RULES
+from sim.model.pools import KV, POOL_KINDS, KVPoolSpec, PoolSpec
+from sim.model.prefetch import PREFETCH_POLICIES
+from sim.model.storage import HIT_QUERIES
+from sim.registry import Registry
+from sim.spec import (
+    KeyedError,
+    NonNegFloat,
+    NonNegInt,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    ScenarioError,
+    Strict,
+)
+from sim.workload import (
+    WORKLOAD_KINDS,
+    MooncakeWorkload,
+    MultiturnWorkload,
+    SharedPrefixWorkload,
+    WorkloadSpec,
+)
 
-
-class ScenarioError(Exception):
-    """Bad input: names the file and the key; the CLI maps it to exit code 2."""
-
-    def __init__(self, source: str, key: str | None, message: str) -> None:
-        super().__init__(source, key, message)
-        self.source = source
-        self.key = key
-        self.message = message
-
-    def __str__(self) -> str:
-        if self.key is None:
-            return f"{self.source}: {self.message}"
-        return f"{self.source}: {self.key or repr('')}: {self.message}"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
-
-
-PositiveInt = Annotated[int, Field(strict=True, ge=1)]
-NonNegInt = Annotated[int, Field(strict=True, ge=0)]
-Probability = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
-PositiveFloat = Annotated[float, Field(strict=True, gt=0.0)]
-NonNegFloat = Annotated[float, Field(strict=True, ge=0.0)]
-
-
-Bytes = Annotated[int, Field(strict=True, ge=1, le=2**40)]
-"""Object and token sizes: bounded so byte arithmetic stays within floats (a TiB per object)."""
-
-
-class KVPoolSpec(_Strict):
-    bytes_per_token: Bytes
+__all__ = [
+    "MooncakeWorkload",
+    "MultiturnWorkload",
+    "Scenario",
+    "ScenarioError",
+    "SharedPrefixWorkload",
+    "build_scenario",
+    "load_scenario",
+    "scenario_model",
+]
 
 
-class SWAPoolSpec(_Strict):
-    window_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)]
-    bytes_per_token: Bytes
+class ModelSpec(Strict):
+    """`model:` — the page size and one spec per pool the model has (KV always)."""
 
-
-class MambaPoolSpec(_Strict):
-    state_bytes: Bytes
-
-
-class ModelSpec(_Strict):
     page_size: Annotated[int, Field(strict=True, ge=1, le=2**16)] = 64
     kv: KVPoolSpec
-    swa: SWAPoolSpec | None = None
-    mamba: MambaPoolSpec | None = None
+
+    def pool_spec(self, name: str) -> PoolSpec | None:
+        return cast(PoolSpec | None, getattr(self, name, None))
 
     @property
     def pools(self) -> tuple[str, ...]:
-        """The pools this model has, KV first."""
-        return ("kv", *(p for p in AUX_POOLS if getattr(self, p) is not None))
+        """The pools this model has, KV first, in registry order."""
+        return tuple(name for name in POOL_KINDS if self.pool_spec(name) is not None)
 
     @property
     def aux_pools(self) -> tuple[str, ...]:
         return self.pools[1:]
 
-    @property
-    def window_pages(self) -> int:
-        """Pages of SWA history a request resuming at a page boundary needs."""
-        return math.ceil(self.swa.window_tokens / self.page_size) if self.swa else 0
 
+class DeviceSpec(Strict):
+    """`device:` — KV pages, and `<pool>_<unit>` for each aux pool the model has."""
 
-class DeviceSpec(_Strict):
     kv_pages: PositiveInt
-    swa_pages: NonNegInt | None = None
-    mamba_slots: NonNegInt | None = None
+
+    def capacity(self, pool: str) -> int:
+        """Device capacity of an aux pool in its own unit (pages or slots)."""
+        return cast(int, getattr(self, POOL_KINDS[pool].device_key))
 
 
-class HostSpec(_Strict):
+class HostSpec(Strict):
     mode: Literal["buffer_only", "cache"] = "buffer_only"
     pages: PositiveInt
     pcie_gbps: PositiveFloat = 50.0
 
 
-class StoragePoolSpec(_Strict):
+class StoragePoolSpec(Strict):
     capacity_gb: Annotated[float, Field(strict=True, ge=0.0, le=1e9)] | None = None
     get_fail_prob: Probability = 0.0
     put_fail_prob: Probability = 0.0
@@ -110,66 +100,33 @@ class StoragePoolSpec(_Strict):
         return self
 
 
-class StorageSpec(_Strict):
-    hit_query: Literal["kv_only", "intersect", "min_of_pools"] = "kv_only"
+class StorageSpec(Strict):
+    hit_query: str = "kv_only"
+    """One of `sim.model.storage.HIT_QUERIES`."""
     read_gbps: PositiveFloat = 10.0
     write_gbps: PositiveFloat = 5.0
     exists_latency_ms: NonNegFloat = 0.5
-    pools: dict[Literal["kv", "swa", "mamba"], StoragePoolSpec] = Field(default_factory=dict)
+    pools: dict[str, StoragePoolSpec] = Field(default_factory=dict)
 
 
-class ExistenceCacheSpec(_Strict):
+class ExistenceCacheSpec(Strict):
     entries: PositiveInt = 524288
 
 
-class PrefetchSpec(_Strict):
-    policy: Literal["best_effort", "timeout", "wait_complete"] = "timeout"
+class PrefetchSpec(Strict):
+    policy: str = "timeout"
+    """One of `sim.model.prefetch.PREFETCH_POLICIES`."""
     threshold_tokens: NonNegInt = 256
     timeout_base_s: NonNegFloat = 1.0
     timeout_per_ki_token_s: NonNegFloat = 0.25
 
 
-class ComputeSpec(_Strict):
+class ComputeSpec(Strict):
     prefill_tokens_per_s: PositiveFloat = 20000.0
     decode_ms_per_token: NonNegFloat = 20.0
 
 
-class SharedPrefixWorkload(_Strict):
-    kind: Literal["shared_prefix"]
-    prefixes: PositiveInt = 16
-    prefix_tokens: PositiveInt = 4096
-    zipf_s: NonNegFloat = 1.0
-    suffix_tokens: NonNegInt = 32
-    output_tokens: NonNegInt = 64
-    arrival_rate_per_s: PositiveFloat = 4.0
-    requests: PositiveInt = 1000
-
-
-class MultiturnWorkload(_Strict):
-    kind: Literal["multiturn"]
-    sessions: PositiveInt = 100
-    turns: PositiveInt = 5
-    first_turn_tokens: PositiveInt = 2048
-    turn_tokens: PositiveInt = 512
-    output_tokens: NonNegInt = 128
-    think_time_s: NonNegFloat = 5.0
-    arrival_rate_per_s: PositiveFloat = 1.0
-
-
-class MooncakeWorkload(_Strict):
-    kind: Literal["mooncake"]
-    path: str
-    block_tokens: Annotated[int, Field(strict=True, ge=1, le=2**20)] = 512
-    time_scale: PositiveFloat = 1.0
-    limit: PositiveInt | None = None
-
-
-Workload = Annotated[
-    SharedPrefixWorkload | MultiturnWorkload | MooncakeWorkload, Field(discriminator="kind")
-]
-
-
-class SweepSpec(_Strict):
+class SweepSpec(Strict):
     seeds: PositiveInt = 1
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     target: (
@@ -178,8 +135,13 @@ class SweepSpec(_Strict):
     """Optional 'METRIC>=VALUE' drawn as a contour on heatmaps."""
 
 
-class Scenario(_Strict):
-    """One fully resolved simulation input."""
+class Scenario(Strict):
+    """One fully resolved simulation input.
+
+    The fields whose accepted values come from a registry (pools, heal rules, hit queries,
+    policies, workload kinds) are declared loosely here and tightened by `scenario_model`,
+    which builds the validating subclass from the registries as they are now.
+    """
 
     name: Annotated[
         str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
@@ -194,55 +156,116 @@ class Scenario(_Strict):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     existence_cache: ExistenceCacheSpec = Field(default_factory=ExistenceCacheSpec)
     prefetch: PrefetchSpec = Field(default_factory=PrefetchSpec)
-    heal: Literal["none", "keep_pages", "drop_chain", "exact"] = "keep_pages"
+    heal: str = "keep_pages"
+    """One of `sim.heal.RULES`."""
     compute: ComputeSpec = Field(default_factory=ComputeSpec)
-    workload: Workload
+    workload: WorkloadSpec
     sweep: SweepSpec | None = None
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Scenario:
         pools = self.model.pools
         if self.warmup_s >= self.duration_s:
-            raise _KeyedError("warmup_s", "must be smaller than duration_s")
-        for pool, key in (("swa", "swa_pages"), ("mamba", "mamba_slots")):
-            present = getattr(self.device, key) is not None
-            if present and pool not in pools:
-                raise _KeyedError(f"device.{key}", f"the model has no {pool} pool")
-            if not present and pool in pools:
-                raise _KeyedError(f"device.{key}", f"required because the model has a {pool} pool")
+            raise KeyedError("warmup_s", "must be smaller than duration_s")
+        for kind in POOL_KINDS.values():
+            if kind.name == KV:
+                continue
+            key = kind.device_key
+            present = getattr(self.device, key, None) is not None
+            if present and kind.name not in pools:
+                raise KeyedError(f"device.{key}", f"the model has no {kind.name} pool")
+            if not present and kind.name in pools:
+                raise KeyedError(
+                    f"device.{key}", f"required because the model has a {kind.name} pool"
+                )
         for pool in self.storage.pools:
             if pool not in pools:
-                raise _KeyedError(f"storage.pools.{pool}", f"the model has no {pool} pool")
-        workload = self.workload
-        if isinstance(workload, MooncakeWorkload) and workload.block_tokens % self.model.page_size:
-            raise _KeyedError(
-                "workload.block_tokens",
-                f"{workload.block_tokens} is not a multiple of model.page_size "
-                f"({self.model.page_size})",
-            )
+                raise KeyedError(f"storage.pools.{pool}", f"the model has no {pool} pool")
+        self.workload.check(self.model.page_size)
         if self.sweep is not None:
             for key in self.sweep.grid:
                 if key.split(".")[0] == "sweep":
-                    raise _KeyedError(f"sweep.grid.{key}", "a sweep cannot sweep itself")
+                    raise KeyedError(f"sweep.grid.{key}", "a sweep cannot sweep itself")
         return self
 
     def storage_pool(self, pool: str) -> StoragePoolSpec:
         """A pool's storage settings; pools left out of the YAML get the defaults."""
-        return self.storage.pools.get(pool, StoragePoolSpec())  # type: ignore[call-overload]
+        return self.storage.pools.get(pool, StoragePoolSpec())
 
     def trace_path(self) -> Path | None:
         """The replayed trace; `load_scenario` already made it relative to the YAML's folder."""
-        if not isinstance(self.workload, MooncakeWorkload):
-            return None
-        return Path(self.workload.path)
+        return self.workload.trace_path()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the resolved document: the validating class is built at run time."""
+        return (build_scenario, (scenario_document(self), "<pickled scenario>"))
 
 
-class _KeyedError(ValueError):
-    """A cross-field error that knows which dotted key it is about."""
+def _one_of(registry: Registry[Any]) -> Any:
+    """`Literal[...]` of a registry's names, so the schema and its errors list them."""
+    return Literal.__getitem__(registry.names())
 
-    def __init__(self, key: str, message: str) -> None:
-        self.key = key
-        super().__init__(f"{key}: {message}")
+
+def _pool_map() -> Any:
+    """`dict[Literal[pool names], StoragePoolSpec]`: `storage.pools` names only known pools."""
+    return dict[_one_of(POOL_KINDS), StoragePoolSpec]  # type: ignore[misc]
+
+
+def _default(model: type[Strict], field: str) -> Any:
+    return model.model_fields[field].default
+
+
+def scenario_model() -> type[Scenario]:
+    """The validating scenario class for the registries as they are now."""
+    return _schema(
+        *(r.version for r in (POOL_KINDS, RULES, HIT_QUERIES, PREFETCH_POLICIES, WORKLOAD_KINDS))
+    )
+
+
+@cache
+def _schema(*versions: int) -> type[Scenario]:
+    aux = [kind for kind in POOL_KINDS.values() if kind.name != KV]
+    model = create_model(
+        "ModelSpec",
+        __base__=ModelSpec,
+        __doc__=ModelSpec.__doc__,
+        **{kind.name: (kind.spec | None, None) for kind in aux},  # type: ignore[call-overload]
+    )
+    device = create_model(
+        "DeviceSpec",
+        __base__=DeviceSpec,
+        __doc__=DeviceSpec.__doc__,
+        **{kind.device_key: (NonNegInt | None, None) for kind in aux},  # type: ignore[call-overload]
+    )
+    storage = create_model(
+        "StorageSpec",
+        __base__=StorageSpec,
+        hit_query=(_one_of(HIT_QUERIES), _default(StorageSpec, "hit_query")),
+        pools=(_pool_map(), Field(default_factory=dict)),
+    )
+    prefetch = create_model(
+        "PrefetchSpec",
+        __base__=PrefetchSpec,
+        policy=(_one_of(PREFETCH_POLICIES), _default(PrefetchSpec, "policy")),
+    )
+    kinds = tuple(WORKLOAD_KINDS.values())
+    workload: Any = (
+        kinds[0] if len(kinds) == 1 else Annotated[Union[kinds], Field(discriminator="kind")]  # noqa: UP007
+    )
+    return cast(
+        type[Scenario],
+        create_model(
+            "Scenario",
+            __base__=Scenario,
+            __doc__=Scenario.__doc__,
+            model=(model, ...),
+            device=(device, ...),
+            storage=(storage, Field(default_factory=storage)),
+            prefetch=(prefetch, Field(default_factory=prefetch)),
+            heal=(_one_of(RULES), _default(Scenario, "heal")),
+            workload=(workload, ...),
+        ),
+    )
 
 
 def _check_document(
@@ -379,13 +402,13 @@ def _brief(exc: BaseException, limit: int = 300) -> str:
 def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     """Validate a plain mapping; errors name `source` and the first offending dotted key."""
     try:
-        return Scenario.model_validate(doc)
+        return scenario_model().model_validate(doc)
     except RecursionError:
         raise ScenarioError(source, None, "nested too deeply") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         ctx_error = err.get("ctx", {}).get("error")
-        if isinstance(ctx_error, _KeyedError):
+        if isinstance(ctx_error, KeyedError):
             raise ScenarioError(source, ctx_error.key, str(ctx_error).split(": ", 1)[1]) from None
         key = ".".join(
             str(p) for p in err["loc"] if not _is_union_tag(p, err["loc"]) and p != "[key]"
@@ -400,7 +423,7 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
 
 def _is_union_tag(part: Any, loc: tuple[Any, ...]) -> bool:
     """Pydantic inserts the discriminator value ('shared_prefix') into error locations."""
-    return part in ("shared_prefix", "multiturn", "mooncake") and bool(loc) and loc[0] == "workload"
+    return part in WORKLOAD_KINDS and bool(loc) and loc[0] == "workload"
 
 
 def load_scenario(

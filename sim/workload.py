@@ -15,17 +15,21 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Literal, Protocol
 
 import numpy as np
+from pydantic import Field
 
 from sim.model.chain import ROOT_KEY, ChainInterner
-from sim.scenario import (
-    MooncakeWorkload,
-    MultiturnWorkload,
-    Scenario,
+from sim.registry import Registry
+from sim.spec import (
+    KeyedError,
+    NonNegFloat,
+    NonNegInt,
+    PositiveFloat,
+    PositiveInt,
     ScenarioError,
-    SharedPrefixWorkload,
+    Strict,
 )
 
 FRESH_KEY_BASE = 1 << 48
@@ -50,6 +54,87 @@ class Workload(Protocol):
     def arrivals(self) -> Iterator[Request]: ...
 
     def follow_up(self, request: Request, finish_s: float) -> Request | None: ...
+
+
+class WorkloadSpec(Strict):
+    """A workload's part of the scenario (`workload:`), told apart by its `kind`."""
+
+    kind: str
+
+    def build(self, page_size: int, rng: np.random.Generator) -> Workload:
+        raise NotImplementedError
+
+    def check(self, page_size: int) -> None:
+        """Cross-field rules against the model; raise KeyedError naming the key."""
+
+    def trace_path(self) -> Path | None:
+        """The file this workload replays, if any (`validate` checks that it is there)."""
+        return None
+
+    def scan(self) -> int:
+        """Read the whole file this workload replays, so a bad line is bad input before anything
+        runs; returns its request count (0 without a file)."""
+        return 0
+
+
+class SharedPrefixWorkload(WorkloadSpec):
+    kind: Literal["shared_prefix"]
+    prefixes: PositiveInt = 16
+    prefix_tokens: PositiveInt = 4096
+    zipf_s: NonNegFloat = 1.0
+    suffix_tokens: NonNegInt = 32
+    output_tokens: NonNegInt = 64
+    arrival_rate_per_s: PositiveFloat = 4.0
+    requests: PositiveInt = 1000
+
+    def build(self, page_size: int, rng: np.random.Generator) -> Workload:
+        return SharedPrefix(self, page_size, rng)
+
+
+class MultiturnWorkload(WorkloadSpec):
+    kind: Literal["multiturn"]
+    sessions: PositiveInt = 100
+    turns: PositiveInt = 5
+    first_turn_tokens: PositiveInt = 2048
+    turn_tokens: PositiveInt = 512
+    output_tokens: NonNegInt = 128
+    think_time_s: NonNegFloat = 5.0
+    arrival_rate_per_s: PositiveFloat = 1.0
+
+    def build(self, page_size: int, rng: np.random.Generator) -> Workload:
+        return Multiturn(self, page_size, rng)
+
+
+class MooncakeWorkload(WorkloadSpec):
+    kind: Literal["mooncake"]
+    path: str
+    """Made relative to the scenario file's folder by `load_scenario`."""
+    block_tokens: Annotated[int, Field(strict=True, ge=1, le=2**20)] = 512
+    time_scale: PositiveFloat = 1.0
+    limit: PositiveInt | None = None
+
+    def build(self, page_size: int, rng: np.random.Generator) -> Workload:
+        return MooncakeTrace(self, Path(self.path), page_size)
+
+    def check(self, page_size: int) -> None:
+        if self.block_tokens % page_size:
+            raise KeyedError(
+                "workload.block_tokens",
+                f"{self.block_tokens} is not a multiple of model.page_size ({page_size})",
+            )
+
+    def trace_path(self) -> Path:
+        return Path(self.path)
+
+    def scan(self) -> int:
+        return sum(1 for _ in iter_trace(self.trace_path(), self.block_tokens))
+
+
+WORKLOAD_KINDS: Registry[type[WorkloadSpec]] = Registry("workload kind")
+"""Workload specs by `kind`; the spec's `build` makes the request stream."""
+WORKLOAD_KINDS.register("shared_prefix", SharedPrefixWorkload)
+WORKLOAD_KINDS.register("multiturn", MultiturnWorkload)
+WORKLOAD_KINDS.register("mooncake", MooncakeWorkload)
 
 
 class _FreshKeys:
@@ -234,15 +319,3 @@ def _finite(value: float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
-
-
-def make_workload(scenario: Scenario, rng: np.random.Generator) -> Workload:
-    spec = scenario.workload
-    ps = scenario.model.page_size
-    if isinstance(spec, SharedPrefixWorkload):
-        return SharedPrefix(spec, ps, rng)
-    if isinstance(spec, MultiturnWorkload):
-        return Multiturn(spec, ps, rng)
-    path = scenario.trace_path()
-    assert path is not None
-    return MooncakeTrace(spec, path, ps)

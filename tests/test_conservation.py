@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.heal import RULES, DiscardView, keep_pages
 from sim.model.existence import ExistenceCache
 from sim.model.prefetch import AuxTransfer, PrefetchOp
-from sim.model.storage import Storage, StoragePool
 from sim.runner import run
 from tests.conftest import make_scenario
+from tests.model_helpers import make_storage
 
 
 def test_bytes_read_are_what_was_served_and_pages_stay_within_their_bounds() -> None:
@@ -75,9 +74,7 @@ def test_a_keep_pages_heal_leaves_no_belief_beyond_the_kept_prefix(
     ]
     cache = ExistenceCache(1000)
     cache.add(sorted(believed))
-    rng = np.random.default_rng(0)
-    pools = {p: StoragePool(p, 1, None, 0.0, 0.0, rng) for p in ("kv", "swa", "mamba")}
-    view = DiscardView(op, 64, Storage(pools, window_pages=2), 2)
+    view = DiscardView(op, 64, make_storage({"kv": [], "swa": [], "mamba": []}, window_pages=2))
     cache.invalidate(RULES["keep_pages"](view))
     aux = [(len(t.keys) if t.keys is not None else None, t.hit_pages) for t in op.aux]
     keep = keep_pages(completed * 64, 64, span_pages, aux)

@@ -76,11 +76,11 @@ def test_capacities_hold_and_every_request_ends_in_one_outcome() -> None:
     while env.peek() <= scenario.duration_s:
         env.step()
         steps += 1
-        assert tree.kv_used + tree.kv_reserved <= tree.kv_capacity
-        assert tree.swa_used <= (tree.swa_capacity or 0)
-        assert tree.mamba_used + tree.mamba_reserved <= (tree.mamba_capacity or 0)
+        for resource in (tree.kv, *tree.aux.values()):
+            assert resource.used >= 0 and resource.used + resource.reserved <= resource.capacity
+        assert set(tree.aux) == {"swa", "mamba"}
         assert 0 <= host.used_pages <= host.capacity_pages
-        assert len(sim.existence) <= scenario.existence_cache.entries
+        assert len(sim.model.existence) <= scenario.existence_cache.entries
         for pool in sim.storage.pools.values():
             assert pool.capacity_objects is None or len(pool) <= pool.capacity_objects
     sim.finish()

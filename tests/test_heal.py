@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.heal import RULES, DiscardView, keep_pages
-from sim.model.chain import tail_keys, tail_length
 from sim.model.prefetch import PrefetchOp, plan_aux_transfers
-from sim.model.storage import Storage, StoragePool
+from sim.model.storage import Storage
+from tests.model_helpers import layout
+from tests.model_helpers import make_storage as _make_storage
 
 PAGE = 64
 WINDOW_TOKENS = 128
@@ -34,10 +34,11 @@ def test_window_of_128_tokens_is_two_tail_keys() -> None:
     """Page 64, window 128 tokens -> an SWA transfer for a 100-page hit asks for 2 tail keys."""
     assert WINDOW_PAGES == 2
     span = tuple(range(1000, 1000 + SPAN))
-    assert tail_length(WINDOW_PAGES, SPAN) == 2
-    assert tail_keys(span, SPAN, WINDOW_PAGES) == span[98:100]
+    aux = list(layout(["swa", "mamba"], WINDOW_PAGES).values())
+    assert aux[0].tail_len(SPAN) == 2
+    assert aux[0].tail_keys(span, SPAN) == span[98:100]
     op = PrefetchOp(rid=1, start_page=0, span=span, issued_s=0.0, hit_pages=SPAN)
-    swa, mamba = plan_aux_transfers(["swa", "mamba"], op, WINDOW_PAGES)
+    swa, mamba = plan_aux_transfers(aux, op)
     assert swa.keys == span[98:]
     assert mamba.keys == (span[-1],)
 
@@ -177,19 +178,7 @@ def make_storage(
     contents: Mapping[str, Iterable[int]], window_pages: int = WINDOW_PAGES
 ) -> Storage:
     """A storage whose pools hold exactly `contents` (unbounded, fault-free)."""
-    pools: dict[str, StoragePool] = {}
-    for name, keys in contents.items():
-        pool = StoragePool(
-            name=name,
-            object_bytes=1,
-            capacity_objects=None,
-            get_fail_prob=0.0,
-            put_fail_prob=0.0,
-            rng=np.random.default_rng(0),
-        )
-        assert all(pool.put(list(keys), 0.0))
-        pools[name] = pool
-    return Storage(pools=pools, window_pages=window_pages)
+    return _make_storage(contents, window_pages)
 
 
 def read_op(
@@ -198,7 +187,6 @@ def read_op(
     hit_pages: int,
     *,
     kv_stop: int | None = None,
-    window_pages: int = WINDOW_PAGES,
 ) -> PrefetchOp:
     """A prefetch of `span` read from `storage` the way the engine does.
 
@@ -210,7 +198,7 @@ def read_op(
     readable = hit_span if kv_stop is None else hit_span[:kv_stop]
     op.completed_pages = storage.pools["kv"].get(readable)
     op.terminated = kv_stop is not None
-    op.aux = plan_aux_transfers(storage.aux_pools, op, window_pages)
+    op.aux = plan_aux_transfers(storage.aux, op)
     if op.completed_pages == op.hit_pages and not op.terminated:
         for transfer in op.aux:
             if transfer.keys is not None:
@@ -219,7 +207,7 @@ def read_op(
 
 
 def drop(rule: str, storage: Storage, op: PrefetchOp) -> list[int]:
-    view = DiscardView(op=op, page_size=PAGE, storage=storage, window_pages=WINDOW_PAGES)
+    view = DiscardView(op=op, page_size=PAGE, storage=storage)
     return RULES[rule](view)
 
 
@@ -294,9 +282,9 @@ def test_rule_keep_pages_keys_none_drops_everything() -> None:
     storage = make_storage({"kv": span, "swa": span}, window_pages=3)
     op = PrefetchOp(rid=1, start_page=5, span=span, issued_s=0.0, hit_pages=2)
     op.completed_pages = storage.pools["kv"].get(op.hit_span)
-    op.aux = plan_aux_transfers(["swa"], op, 3)
+    op.aux = plan_aux_transfers(storage.aux, op)
     assert op.aux[0].keys is None
-    view = DiscardView(op=op, page_size=PAGE, storage=storage, window_pages=3)
+    view = DiscardView(op=op, page_size=PAGE, storage=storage)
     assert RULES["keep_pages"](view) == [301, 302]
 
 

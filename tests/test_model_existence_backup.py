@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from sim.model.backup import InflightPages, aux_backup_keys, gate_backup
 from sim.model.existence import ExistenceCache
-from sim.model.radix import Node, RadixTree
+from sim.model.pools import Pool
+from sim.model.radix import Node
+from tests.model_helpers import layout, make_tree
 
 
 def believed(cache: ExistenceCache, universe: range = range(100)) -> set[int]:
@@ -245,7 +247,7 @@ def test_gate_writes_child_of_root() -> None:
 
 def test_gate_on_a_real_split_tree() -> None:
     """After a split the upper half is the parent: its last page is the cut page."""
-    tree = RadixTree(kv_pages=100, swa_pages=None, mamba_slots=None, host_cache_pages=None)
+    tree = make_tree(kv=100)
     tree.insert([1, 2, 3, 4], 1.0)
     leaf, new = tree.insert([1, 2, 7, 8], 2.0)
     assert [n.pages for n in new] == [[7, 8]]
@@ -263,42 +265,46 @@ def test_gate_on_a_real_split_tree() -> None:
 
 def resident_node(pages: list[int], *, swa: bool, mamba: bool) -> Node:
     node = Node(1, pages, Node(0, [], None, 0), 0)
-    node.swa_resident = swa
-    node.mamba_resident = mamba
+    node.resident_aux = {name for name, held in (("swa", swa), ("mamba", mamba)) if held}
     return node
+
+
+def aux(names: list[str], window_pages: int) -> list[Pool]:
+    """The aux pool descriptions of a model with these pools and an SWA window of pages."""
+    return list(layout(names, window_pages).values())
 
 
 def test_aux_keys_both_resident() -> None:
     node = resident_node([1, 2, 3, 4, 5], swa=True, mamba=True)
-    keys = aux_backup_keys(node, node.pages, ["swa", "mamba"], 2)
+    keys = aux_backup_keys(node, node.pages, aux(["swa", "mamba"], 2))
     assert keys == {"swa": (4, 5), "mamba": (5,)}
 
 
 def test_aux_keys_window_longer_than_node() -> None:
     """SWA writes min(window, node pages) trailing pages."""
     node = resident_node([1, 2, 3], swa=True, mamba=False)
-    assert aux_backup_keys(node, node.pages, ["swa"], 10) == {"swa": (1, 2, 3)}
+    assert aux_backup_keys(node, node.pages, aux(["swa"], 10)) == {"swa": (1, 2, 3)}
 
 
 def test_aux_keys_tombstoned_swa_writes_no_swa() -> None:
     node = resident_node([1, 2, 3], swa=False, mamba=True)
-    assert aux_backup_keys(node, node.pages, ["swa", "mamba"], 2) == {"mamba": (3,)}
+    assert aux_backup_keys(node, node.pages, aux(["swa", "mamba"], 2)) == {"mamba": (3,)}
 
 
 def test_aux_keys_without_mamba_state_writes_no_mamba() -> None:
     node = resident_node([1, 2, 3], swa=True, mamba=False)
-    assert aux_backup_keys(node, node.pages, ["swa", "mamba"], 2) == {"swa": (2, 3)}
+    assert aux_backup_keys(node, node.pages, aux(["swa", "mamba"], 2)) == {"swa": (2, 3)}
 
 
 def test_aux_keys_nothing_resident() -> None:
     node = resident_node([1, 2, 3], swa=False, mamba=False)
-    assert aux_backup_keys(node, node.pages, ["swa", "mamba"], 2) == {}
+    assert aux_backup_keys(node, node.pages, aux(["swa", "mamba"], 2)) == {}
 
 
 def test_aux_keys_only_for_the_model_pools() -> None:
     node = resident_node([1, 2, 3], swa=True, mamba=True)
-    assert aux_backup_keys(node, node.pages, ["mamba"], 2) == {"mamba": (3,)}
-    assert aux_backup_keys(node, node.pages, [], 2) == {}
+    assert aux_backup_keys(node, node.pages, aux(["mamba"], 2)) == {"mamba": (3,)}
+    assert aux_backup_keys(node, node.pages, aux([], 2)) == {}
 
 
 @settings(max_examples=100, deadline=None)
@@ -312,6 +318,6 @@ def test_aux_keys_property(n: int, window: int, swa: bool, mamba: bool) -> None:
     """SWA: trailing min(window, n) pages iff resident; Mamba: last page iff resident."""
     pages = list(range(10, 10 + n))
     node = resident_node(pages, swa=swa, mamba=mamba)
-    keys = aux_backup_keys(node, pages, ["swa", "mamba"], window)
+    keys = aux_backup_keys(node, pages, aux(["swa", "mamba"], window))
     assert keys.get("swa") == (tuple(pages[n - min(window, n) :]) if swa else None)
     assert keys.get("mamba") == ((pages[-1],) if mamba else None)

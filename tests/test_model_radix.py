@@ -9,15 +9,7 @@ from hypothesis import strategies as st
 
 from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.radix import Node, RadixTree
-
-
-def make_tree(
-    kv: int = 100,
-    swa: int | None = None,
-    mamba: int | None = None,
-    host: int | None = None,
-) -> RadixTree:
-    return RadixTree(kv_pages=kv, swa_pages=swa, mamba_slots=mamba, host_cache_pages=host)
+from tests.model_helpers import make_tree, resident
 
 
 def child(node: Node, first_page: int) -> Node:
@@ -33,7 +25,7 @@ def test_insert_into_empty_tree() -> None:
     assert new == [node]
     assert node.pages == [1, 2, 3] and node.start == 0 and node.end == 3
     assert node.parent is tree.root and tree.root.children == {1: node}
-    assert node.on_device and tree.kv_used == 3 and tree.nodes == 1
+    assert node.on_device and tree.kv.used == 3 and tree.nodes == 1
     match = tree.match([1, 2, 3, 4])
     assert match.device_pages == 3 and match.device_node is node
 
@@ -43,7 +35,7 @@ def test_insert_existing_prefix_adds_nothing() -> None:
     node, _ = tree.insert([1, 2, 3], 1.0)
     again, new = tree.insert([1, 2, 3], 2.0)
     assert again is node and new == []
-    assert tree.kv_used == 3 and tree.nodes == 1
+    assert tree.kv.used == 3 and tree.nodes == 1
 
 
 def test_insert_extending_a_leaf_adds_a_child() -> None:
@@ -53,7 +45,7 @@ def test_insert_extending_a_leaf_adds_a_child() -> None:
     assert new == [node] and node.parent is first
     assert node.pages == [3, 4] and node.start == 2
     assert first.children == {3: node}
-    assert tree.kv_used == 4
+    assert tree.kv.used == 4
 
 
 def test_split_on_a_shared_prefix() -> None:
@@ -66,7 +58,7 @@ def test_split_on_a_shared_prefix() -> None:
     assert old.pages == [4, 5, 6] and old.start == 3 and old.parent is upper
     assert new == [leaf] and leaf.pages == [9, 10] and leaf.parent is upper
     assert upper.children == {4: old, 9: leaf}
-    assert tree.kv_used == 8 and tree.nodes == 3
+    assert tree.kv.used == 8 and tree.nodes == 3
     assert tree.match([1, 2, 3, 4, 5, 6]).device_pages == 6
     assert tree.match([1, 2, 3, 7]).device_pages == 3
     assert tree.match([1, 2]).device_pages == 2
@@ -80,20 +72,20 @@ def test_insert_ending_inside_a_node_splits_it() -> None:
     node, new = tree.insert([1, 2], 2.0)
     assert new == [] and node.pages == [1, 2] and node.end == 2
     assert [c.pages for c in node.children.values()] == [[3, 4]]
-    assert tree.kv_used == 4
+    assert tree.kv.used == 4
 
 
 def test_split_keeps_swa_in_both_halves_and_no_mamba_above_the_cut() -> None:
     tree = make_tree(swa=100, mamba=10)
     old, _ = tree.insert([1, 2, 3, 4], 1.0)
-    assert old.swa_resident and old.mamba_resident
+    assert resident(old, "swa") and resident(old, "mamba")
     tree.insert([1, 2, 7], 2.0)
     upper = child(tree.root, 1)
     assert upper.pages == [1, 2]
-    assert upper.swa_resident and old.swa_resident
-    assert not upper.mamba_resident and old.mamba_resident
-    assert tree.swa_used == 5
-    assert tree.mamba_used == 2  # the old end and the new leaf [7]
+    assert resident(upper, "swa") and resident(old, "swa")
+    assert not resident(upper, "mamba") and resident(old, "mamba")
+    assert tree.aux["swa"].used == 5
+    assert tree.aux["mamba"].used == 2  # the old end and the new leaf [7]
 
 
 def test_mamba_match_backs_off_to_a_node_end_with_state() -> None:
@@ -103,7 +95,7 @@ def test_mamba_match_backs_off_to_a_node_end_with_state() -> None:
     b, _ = tree.insert([1, 2, 3, 4, 5, 6], 2.0)
     leaf, _ = tree.insert([1, 2, 3, 4, 20], 3.0)
     upper = b.parent
-    assert upper is not None and upper.pages == [3, 4] and not upper.mamba_resident
+    assert upper is not None and upper.pages == [3, 4] and not resident(upper, "mamba")
     match = tree.match([1, 2, 3, 4])
     assert match.device_pages == 2 and match.device_node is a
     assert tree.match([1, 2, 3, 4, 5]).device_pages == 2  # mid-node: no state there either
@@ -111,7 +103,7 @@ def test_mamba_match_backs_off_to_a_node_end_with_state() -> None:
     assert tree.match([1, 2, 3, 4, 20]).device_node is leaf
     # Inserting exactly up to the cut gives the upper half a state of its own.
     node, _ = tree.insert([1, 2, 3, 4], 4.0)
-    assert node is upper and upper.mamba_resident
+    assert node is upper and resident(upper, "mamba")
     assert tree.match([1, 2, 3, 4]).device_pages == 4
 
 
@@ -121,8 +113,8 @@ def test_swa_match_may_end_mid_node_but_not_on_tombstoned_pages() -> None:
     a, _ = tree.insert([1, 2, 3], 1.0)
     assert tree.match([1, 2, 9]).device_pages == 2
     b, _ = tree.insert([11, 12, 13, 14], 2.0)  # needs 4 SWA pages: tombstones a
-    assert not a.swa_resident and a.on_device and b.swa_resident
-    assert tree.swa_tombstoned_pages == 3 and tree.swa_used == 4
+    assert not resident(a, "swa") and a.on_device and resident(b, "swa")
+    assert tree.tombstoned["swa"] == 3 and tree.aux["swa"].used == 4
     assert tree.match([1, 2, 3]).device_pages == 0
     assert tree.match([11, 12]).device_pages == 2
 
@@ -130,7 +122,7 @@ def test_swa_match_may_end_mid_node_but_not_on_tombstoned_pages() -> None:
 def test_new_node_larger_than_swa_pool_is_born_tombstoned() -> None:
     tree = make_tree(swa=2)
     node, _ = tree.insert([1, 2, 3], 1.0)
-    assert node.on_device and not node.swa_resident and tree.swa_used == 0
+    assert node.on_device and not resident(node, "swa") and tree.aux["swa"].used == 0
 
 
 # ---------------------------------------------------------------- eviction and locks
@@ -144,11 +136,11 @@ def test_reserve_evicts_least_recently_used_leaf() -> None:
     tree.touch(a, 4.0)
     assert tree.reserve(3, 0)
     assert not b.alive and a.alive and c.alive
-    assert tree.kv_used == 6 and tree.kv_reserved == 3 and tree.kv_free() == 1
+    assert tree.kv.used == 6 and tree.kv.reserved == 3 and tree.kv.free() == 1
     assert tree.device_evicted_pages == 3
     assert set(tree.root.children) == {1, 21}
     tree.release(3, 0)
-    assert tree.kv_reserved == 0
+    assert tree.kv.reserved == 0
 
 
 def test_reserve_evicts_leaves_before_their_parent() -> None:
@@ -163,7 +155,7 @@ def test_reserve_evicts_leaves_before_their_parent() -> None:
     assert not lower_a.alive and upper.alive and lower_b.alive
     assert tree.reserve(4, 0)
     assert not upper.alive and not lower_b.alive
-    assert tree.kv_used == 0 and tree.nodes == 0 and tree.root.children == {}
+    assert tree.kv.used == 0 and tree.nodes == 0 and tree.root.children == {}
 
 
 def test_eviction_stays_lru_while_a_heap_is_compacted() -> None:
@@ -194,11 +186,11 @@ def test_locked_nodes_are_never_evicted() -> None:
     assert not tree.reserve(8, 0)
     assert a.alive and a.on_device and upper.alive and upper.on_device
     assert not b.alive
-    assert tree.kv_reserved == 0 and tree.kv_used == 4
+    assert tree.kv.reserved == 0 and tree.kv.used == 4
     tree.unlock(a)
     assert a.lock_ref == 0 and upper.lock_ref == 0 and tree.root.lock_ref == 1
     assert tree.reserve(8, 0)  # 6 free: the unlocked leaf a (2 pages) is enough
-    assert not a.alive and upper.alive and tree.kv_used == 2
+    assert not a.alive and upper.alive and tree.kv.used == 2
 
 
 def test_split_of_a_locked_node_keeps_the_lock_on_both_halves() -> None:
@@ -217,11 +209,13 @@ def test_locked_mamba_state_is_kept() -> None:
     a, _ = tree.insert([1, 2], 1.0)
     tree.lock(a)
     b, _ = tree.insert([5, 6], 2.0)
-    assert a.mamba_resident and not b.mamba_resident
+    assert resident(a, "mamba") and not resident(b, "mamba")
     assert not tree.reserve(0, 1)
     tree.unlock(a)
     assert tree.reserve(0, 1)
-    assert not a.mamba_resident and tree.mamba_used == 0 and tree.mamba_reserved == 1
+    assert (
+        not resident(a, "mamba") and tree.aux["mamba"].used == 0 and tree.aux["mamba"].reserved == 1
+    )
 
 
 def test_cache_mode_parent_evicted_while_child_lives_on_host() -> None:
@@ -241,11 +235,11 @@ def test_cache_mode_parent_evicted_while_child_lives_on_host() -> None:
     c, _ = tree.insert([1, 2, 3, 4], 3.0, host_copy=True)  # host room made by dropping X
     assert c.on_host and not x.alive and c.parent is p
     tree.reserve(6, 0)
-    assert tree.kv_used + tree.kv_reserved <= tree.kv_capacity
+    assert tree.kv.used + tree.kv.reserved <= tree.kv.capacity
     for node in tree.iter_nodes():
         assert node.alive and node.parent is not None
         assert node.parent.children[node.pages[0]] is node
-    assert tree.kv_used == sum(len(n.pages) for n in tree.iter_nodes() if n.on_device)
+    assert tree.kv.used == sum(len(n.pages) for n in tree.iter_nodes() if n.on_device)
     assert tree.host_used == sum(len(n.pages) for n in tree.iter_nodes() if n.on_host)
 
 
@@ -284,7 +278,7 @@ class Driver:
         match = tree.match(chain)
         tree.lock(match.device_node)
         need = len(chain) - match.device_pages
-        slots = 1 if tree.has_mamba else 0
+        slots = 1 if ("mamba" in tree.aux) else 0
         if tree.reserve(need, slots):
             node, _ = tree.insert(chain, self.now)
             self.inserted.append(chain)
@@ -297,7 +291,7 @@ class Driver:
 
     def reserve(self, kv: int, slots: int) -> None:
         if self.tree.reserve(kv, slots):
-            self.reservations.append((kv, slots if self.tree.has_mamba else 0))
+            self.reservations.append((kv, slots if ("mamba" in self.tree.aux) else 0))
         else:
             self.check_stuck(kv, slots)
 
@@ -305,15 +299,15 @@ class Driver:
         """A failed reserve means nothing evictable was left for the short resource."""
         tree = self.tree
         nodes = tree.iter_nodes()
-        kv_short = tree.kv_free() < kv and not any(
+        kv_short = tree.kv.free() < kv and not any(
             n.on_device and n.lock_ref == 0 and not any(c.on_device for c in n.children.values())
             for n in nodes
         )
-        mamba_free = (tree.mamba_capacity or 0) - tree.mamba_used - tree.mamba_reserved
+        mamba_free = tree.aux["mamba"].free() if "mamba" in tree.aux else 0
         mamba_short = (
-            tree.has_mamba
+            ("mamba" in tree.aux)
             and mamba_free < slots
-            and not any(n.mamba_resident and n.lock_ref == 0 for n in nodes)
+            and not any(resident(n, "mamba") and n.lock_ref == 0 for n in nodes)
         )
         assert kv_short or mamba_short, "reserve failed although evictable state was left"
 
@@ -337,16 +331,16 @@ class Driver:
         tree = self.tree
         nodes = tree.iter_nodes()
         assert tree.nodes == len(nodes)
-        assert tree.kv_used + tree.kv_reserved <= tree.kv_capacity
-        assert tree.kv_used == sum(len(n.pages) for n in nodes if n.on_device)
-        assert tree.kv_reserved == sum(kv for kv, _ in self.reservations)
-        if tree.swa_capacity is not None:
-            assert tree.swa_used <= tree.swa_capacity
-            assert tree.swa_used == sum(len(n.pages) for n in nodes if n.swa_resident)
-        if tree.mamba_capacity is not None:
-            assert tree.mamba_used + tree.mamba_reserved <= tree.mamba_capacity
-            assert tree.mamba_used == sum(1 for n in nodes if n.mamba_resident)
-            assert tree.mamba_reserved == sum(s for _, s in self.reservations)
+        assert tree.kv.used + tree.kv.reserved <= tree.kv.capacity
+        assert tree.kv.used == sum(len(n.pages) for n in nodes if n.on_device)
+        assert tree.kv.reserved == sum(kv for kv, _ in self.reservations)
+        if "swa" in tree.aux:
+            assert tree.aux["swa"].used <= tree.aux["swa"].capacity
+            assert tree.aux["swa"].used == sum(len(n.pages) for n in nodes if resident(n, "swa"))
+        if "mamba" in tree.aux:
+            assert tree.aux["mamba"].used + tree.aux["mamba"].reserved <= tree.aux["mamba"].capacity
+            assert tree.aux["mamba"].used == sum(1 for n in nodes if resident(n, "mamba"))
+            assert tree.aux["mamba"].reserved == sum(s for _, s in self.reservations)
 
         prefix: dict[int, list[int]] = {id(tree.root): []}
         stack = [tree.root]

@@ -10,9 +10,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.model.chain import ROOT_KEY, ChainInterner, tail_keys, tail_length
+from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.prefetch import AuxTransfer, PrefetchOp, hybrid_check, plan_aux_transfers
 from sim.model.storage import STORAGE_BATCH_PAGES, Storage, StoragePool
+from tests.model_helpers import layout, pool
 
 
 def make_pool(
@@ -39,12 +40,12 @@ def make_pool(
 
 def make_storage(contents: Mapping[str, Iterable[int]], window_pages: int = 2) -> Storage:
     """A storage whose (unbounded, fault-free) pools hold exactly `contents`."""
-    pools = {}
+    stores = {}
     for name, keys in contents.items():
-        pool = make_pool(name)
-        assert all(pool.put(list(keys), 0.0))
-        pools[name] = pool
-    return Storage(pools=pools, window_pages=window_pages)
+        store = make_pool(name)
+        assert all(store.put(list(keys), 0.0))
+        stores[name] = store
+    return Storage(stores, layout(contents, window_pages))
 
 
 def stored(pool: StoragePool, universe: Iterable[int]) -> set[int]:
@@ -224,21 +225,23 @@ def test_batches_round_up() -> None:
 
 
 def test_tail_length() -> None:
-    """min(window, pages in the span)."""
-    assert tail_length(2, 100) == 2
-    assert tail_length(2, 1) == 1
-    assert tail_length(1, 5) == 1
-    assert tail_length(4, 0) == 0
+    """min(tail pages, pages before the endpoint); KV (no bound) needs every page."""
+    assert pool("swa", 2).tail_len(100) == 2
+    assert pool("swa", 2).tail_len(1) == 1
+    assert pool("mamba").tail_len(5) == 1
+    assert pool("swa", 4).tail_len(0) == 0
+    assert pool("kv").tail_len(7) == 7
 
 
 def test_tail_keys() -> None:
     """Keys pages[end - n, end) for the endpoint `end`."""
     span = [10, 11, 12, 13, 14, 15]
-    assert tail_keys(span, 6, 2) == (14, 15)
-    assert tail_keys(span, 4, 2) == (12, 13)
-    assert tail_keys(span, 4, 1) == (13,)
-    assert tail_keys(span, 2, 5) == (10, 11)
-    assert tail_keys(span, 0, 3) == ()
+    assert pool("swa", 2).tail_keys(span, 6) == (14, 15)
+    assert pool("swa", 2).tail_keys(span, 4) == (12, 13)
+    assert pool("mamba").tail_keys(span, 4) == (13,)
+    assert pool("swa", 5).tail_keys(span, 2) == (10, 11)
+    assert pool("swa", 3).tail_keys(span, 0) == ()
+    assert pool("kv").tail_keys(span, 3) == (10, 11, 12)
 
 
 def test_chain_interner_shares_prefixes_only() -> None:
@@ -278,7 +281,7 @@ def test_hit_query_swa_only() -> None:
     assert storage.hit_query("kv_only", SPAN) == 8
     assert storage.hit_query("intersect", SPAN) == 4
     assert storage.hit_query("min_of_pools", SPAN) == 8
-    assert not storage.tail_present("swa", SPAN, 8)
+    assert not storage.tail_present(storage.layout["swa"], SPAN, 8)
 
 
 def test_hit_query_short_endpoint_needs_short_tail() -> None:
@@ -294,11 +297,13 @@ def test_min_of_pools_reports_an_endpoint_illegal_for_another_pool() -> None:
     assert storage.hit_query("kv_only", SPAN) == 10
     reported = storage.hit_query("min_of_pools", SPAN)
     assert reported == 8
-    assert storage.tail_present("swa", SPAN, reported)
-    assert not storage.tail_present("mamba", SPAN, reported)
+    assert storage.tail_present(storage.layout["swa"], SPAN, reported)
+    assert not storage.tail_present(storage.layout["mamba"], SPAN, reported)
     legal = storage.hit_query("intersect", SPAN)
     assert legal == 5
-    assert storage.tail_present("swa", SPAN, 5) and storage.tail_present("mamba", SPAN, 5)
+    assert storage.tail_present(storage.layout["swa"], SPAN, 5) and storage.tail_present(
+        storage.layout["mamba"], SPAN, 5
+    )
     assert storage.legal_endpoint_at_or_below(SPAN, 10) == 5
     assert storage.legal_endpoint_at_or_below(SPAN, 4) == 0
 
@@ -316,8 +321,8 @@ def storage_cases(draw: st.DrawFn) -> tuple[dict[str, list[int]], int]:
     pools = draw(st.sampled_from([["swa"], ["mamba"], ["swa", "mamba"]]))
     kv_run = draw(st.integers(0, len(SPAN)))
     contents = {"kv": SPAN[:kv_run] + [k for k in SPAN[kv_run + 1 :] if draw(st.booleans())]}
-    for pool in pools:
-        contents[pool] = [k for k in SPAN if draw(st.integers(0, 3)) > 0]
+    for name in pools:
+        contents[name] = [k for k in SPAN if draw(st.integers(0, 3)) > 0]
     return contents, window
 
 
@@ -355,31 +360,33 @@ def op_of(span: Sequence[int], hit: int, start: int = 0) -> PrefetchOp:
 def test_plan_swa_takes_window_tail_of_the_hit() -> None:
     """SWA keys are the min(window, hit) trailing pages of the hit span, not of the span."""
     op = op_of(SPAN, 7)
-    swa, mamba = plan_aux_transfers(["swa", "mamba"], op, 3)
+    swa, mamba = plan_aux_transfers(list(layout(["swa", "mamba"], 3).values()), op)
     assert (swa.pool, swa.keys, swa.hit_pages) == ("swa", (5, 6, 7), 0)
     assert (mamba.pool, mamba.keys) == ("mamba", (7,))
 
 
 def test_plan_swa_hit_shorter_than_window_from_root() -> None:
     """From the root a hit shorter than the window needs only its own pages."""
-    (swa,) = plan_aux_transfers(["swa"], op_of(SPAN, 2), 3)
+    (swa,) = plan_aux_transfers(list(layout(["swa"], 3).values()), op_of(SPAN, 2))
     assert swa.keys == (1, 2)
 
 
 def test_plan_mid_tree_span_shorter_than_window_has_no_swa_keys() -> None:
     """A span starting mid-tree and shorter than the window gets keys None; Mamba still plans."""
-    swa, mamba = plan_aux_transfers(["swa", "mamba"], op_of([41, 42], 2, start=5), 3)
+    swa, mamba = plan_aux_transfers(
+        list(layout(["swa", "mamba"], 3).values()), op_of([41, 42], 2, start=5)
+    )
     assert swa.keys is None and not swa.served_all
     assert mamba.keys == (42,)
 
 
 def test_plan_mid_tree_span_of_exactly_the_window() -> None:
-    (swa,) = plan_aux_transfers(["swa"], op_of([41, 42, 43], 3, start=5), 3)
+    (swa,) = plan_aux_transfers(list(layout(["swa"], 3).values()), op_of([41, 42, 43], 3, start=5))
     assert swa.keys == (41, 42, 43)
 
 
 def test_plan_mamba_only_is_last_hit_page() -> None:
-    (mamba,) = plan_aux_transfers(["mamba"], op_of(SPAN, 9, start=3), 2)
+    (mamba,) = plan_aux_transfers(list(layout(["mamba"], 2).values()), op_of(SPAN, 9, start=3))
     assert mamba.keys == (9,)
 
 
@@ -428,7 +435,7 @@ def test_hybrid_check_on_a_real_read() -> None:
     storage = make_storage({"kv": SPAN, "swa": [10], "mamba": SPAN})
     op = op_of(SPAN, storage.hit_query("kv_only", SPAN))
     op.completed_pages = storage.pools["kv"].get(op.hit_span)
-    op.aux = plan_aux_transfers(storage.aux_pools, op, storage.window_pages)
+    op.aux = plan_aux_transfers(storage.aux, op)
     for transfer in op.aux:
         assert transfer.keys is not None
         transfer.hit_pages = storage.pools[transfer.pool].get(transfer.keys)

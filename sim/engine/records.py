@@ -7,13 +7,16 @@ object per cell: the record tables are most of a long run's memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import Any, NamedTuple, get_type_hints
 
 import numpy as np
 import pandas as pd
+
+from sim.model.backup import Acknowledgement
+from sim.model.pools import KV, Pool
+from sim.model.prefetch import AuxTransfer
 
 
 class RequestRecord(NamedTuple):
@@ -36,6 +39,8 @@ class RequestRecord(NamedTuple):
 
 
 class PrefetchRecord(NamedTuple):
+    """A settled prefetch; each aux pool adds `<pool>_keys` and `<pool>_hit_pages`."""
+
     rid: int
     issued_s: float
     resolved_s: float
@@ -46,72 +51,43 @@ class PrefetchRecord(NamedTuple):
     completed_pages: int
     terminated: bool
     endpoint_key: int
-    swa_keys: list[int] | None
-    swa_hit_pages: int
-    mamba_keys: list[int] | None
-    mamba_hit_pages: int
     dropped_beliefs: int
     read_bytes: int
 
 
 class WriteRecord(NamedTuple):
+    """A backup decision; each aux pool adds `<pool>_keys` and `<pool>_failed` (object counts)."""
+
     t_s: float
     node_id: int
     pages: int
     verdict: str
     kv_failed: int
-    swa_keys: int
-    swa_failed: int
-    mamba_keys: int
-    mamba_failed: int
     rewrite_pages: int
     bytes: int
 
     @classmethod
     def skipped(cls, t_s: float, node_id: int, pages: int, verdict: str) -> WriteRecord:
-        return cls(t_s, node_id, pages, verdict, 0, 0, 0, 0, 0, 0, 0)
+        return cls(t_s, node_id, pages, verdict, 0, 0, 0)
 
     @classmethod
     def written(
-        cls,
-        t_s: float,
-        node_id: int,
-        pages: Sequence[int],
-        kv_ok: Sequence[bool],
-        aux_keys: dict[str, tuple[int, ...]],
-        aux_ok: dict[str, list[bool]],
-        rewrite_pages: int,
-        nbytes: int,
+        cls, t_s: float, node_id: int, pages: int, nbytes: int, ack: Acknowledgement
     ) -> WriteRecord:
-        def failed(pool: str) -> int:
-            oks = aux_ok.get(pool, [])
-            return len(oks) - sum(oks)
-
-        return cls(
-            t_s,
-            node_id,
-            len(pages),
-            "write",
-            len(kv_ok) - sum(kv_ok),
-            len(aux_keys.get("swa", ())),
-            failed("swa"),
-            len(aux_keys.get("mamba", ())),
-            failed("mamba"),
-            rewrite_pages,
-            nbytes,
-        )
+        kv_failed = len(ack.kv_ok) - sum(ack.kv_ok)
+        return cls(t_s, node_id, pages, "write", kv_failed, ack.rewrite_pages, nbytes)
 
 
-TIMESERIES_COLUMNS = (
-    "t_s",
-    "discards",
-    "existence_entries",
-    "stale_beliefs_recent_4096",
-    "healed_beliefs_pending",
-    "device_kv_pages",
-    "device_swa_pages",
-    "host_pages",
-)
+class Sample(NamedTuple):
+    """A time-series row; per pool `device_<pool>_<unit>` (aux) and `storage_<pool>_bytes`."""
+
+    t_s: float
+    discards: int
+    existence_entries: int
+    stale_beliefs_recent_4096: int
+    healed_beliefs_pending: int
+    host_pages: int
+    device_kv_pages: int
 
 
 _DTYPES: dict[object, type] = {
@@ -136,10 +112,15 @@ class Table:
     CHUNK_ROWS = 8_192
     MERGE_ROWS = 131_072
 
-    def __init__(self, row_type: type[tuple[Any, ...]]) -> None:
+    def __init__(
+        self, row_type: type[tuple[Any, ...]], extra: Sequence[tuple[str, object]] = ()
+    ) -> None:
+        """Columns of a NamedTuple, then `extra` (name, annotation) columns after them."""
         types = get_type_hints(row_type)
-        self.columns: tuple[str, ...] = row_type._fields  # type: ignore[attr-defined]
-        self._dtypes = [_DTYPES.get(types[name]) for name in self.columns]
+        fields: tuple[str, ...] = row_type._fields  # type: ignore[attr-defined]
+        self.columns = (*fields, *(name for name, _ in extra))
+        self._dtypes = [_DTYPES.get(types[name]) for name in fields]
+        self._dtypes += [_DTYPES.get(kind) for _, kind in extra]
         self._rows: list[tuple[Any, ...]] = []
         self._small: list[list[Column]] = []
         self._chunks: list[list[Column]] = []
@@ -222,9 +203,56 @@ def _as_list(part: Column) -> list[Any]:
     return part.tolist() if isinstance(part, np.ndarray) else part
 
 
-@dataclass
 class Records:
-    requests: Table = field(default_factory=lambda: Table(RequestRecord))
-    prefetches: Table = field(default_factory=lambda: Table(PrefetchRecord))
-    writes: Table = field(default_factory=lambda: Table(WriteRecord))
-    timeseries: list[tuple[Any, ...]] = field(default_factory=list)
+    """The run's tables, with a column group per aux pool of the model."""
+
+    def __init__(self, pools: Sequence[Pool]) -> None:
+        aux = [pool for pool in pools if pool.name != KV]
+        self.aux = [pool.name for pool in aux]
+        self.requests = Table(RequestRecord)
+        self.prefetches = Table(
+            PrefetchRecord,
+            [c for p in aux for c in ((f"{p.name}_keys", None), (f"{p.name}_hit_pages", int))],
+        )
+        self.writes = Table(
+            WriteRecord,
+            [c for p in aux for c in ((f"{p.name}_keys", int), (f"{p.name}_failed", int))],
+        )
+        self.timeseries = Table(
+            Sample,
+            [(f"device_{p.name}_{p.residency.unit}", int) for p in aux]
+            + [(f"storage_{p.name}_bytes", int) for p in pools],
+        )
+
+    def add_prefetch(self, row: PrefetchRecord, transfers: Sequence[AuxTransfer]) -> None:
+        """A prefetch row with each aux pool's keys (None: no transfer) and hit pages."""
+        by_pool = {t.pool: t for t in transfers}
+        cells: list[Any] = []
+        for name in self.aux:
+            t = by_pool.get(name)
+            keys = None if t is None or t.keys is None else list(t.keys)
+            cells += [keys, 0 if t is None else t.hit_pages]
+        self.prefetches.append((*row, *cells))
+
+    def add_write(
+        self,
+        row: WriteRecord,
+        aux_keys: Mapping[str, Sequence[int]] | None = None,
+        aux_ok: Mapping[str, Sequence[bool]] | None = None,
+    ) -> None:
+        """A write row with each aux pool's object count and failed puts."""
+        cells: list[int] = []
+        for name in self.aux:
+            oks = (aux_ok or {}).get(name, ())
+            cells += [len((aux_keys or {}).get(name, ())), len(oks) - sum(oks)]
+        self.writes.append((*row, *cells))
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table as a DataFrame (requests in id order), leaving the records empty."""
+        requests = self.requests.drain().sort_values("rid", kind="stable")
+        return {
+            "requests": requests.reset_index(drop=True),
+            "prefetches": self.prefetches.drain(),
+            "writes": self.writes.drain(),
+            "timeseries": self.timeseries.drain(),
+        }

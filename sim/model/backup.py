@@ -1,19 +1,23 @@
-"""The write path: which nodes are backed up to storage, and with which aux tail keys.
+"""The write path: which nodes are backed up to storage, with which aux tail keys, and what
+the server then believes storage holds.
 
 In `buffer_only` mode the tree does not know what storage holds, so every node insert is gated
 by the existence cache (SGLang's enqueue_backup_intent): the FULL check skips the whole node —
-KV, SWA window and Mamba state — when every KV page is believed stored or in flight; the
-parent-cover gate drops a node whose parent is neither the root, believed, nor in flight.
+KV and every aux pool's tail — when every KV page is believed stored or in flight; the
+parent-cover gate drops a node whose parent is neither the root, believed, nor in flight. At
+the acknowledgement the node's KV keys become beliefs whether or not they were stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from sim.model.existence import ExistenceCache
-from sim.model.radix import Node
+from sim.model.node import Node
+from sim.model.pools import Pool
+from sim.model.storage import Storage
 
 GateVerdict = Literal["write", "skip_covered", "drop_parent"]
 
@@ -25,6 +29,25 @@ class BackupIntent:
     node: Node
     pages: tuple[int, ...]
     enqueued_s: float
+
+
+@dataclass
+class StagedWrite:
+    """A backup picked up by the writer: the aux keys still on the device, and its size."""
+
+    intent: BackupIntent
+    aux_keys: dict[str, tuple[int, ...]]
+    nbytes: int
+
+
+@dataclass
+class Acknowledgement:
+    """What storage said to one node write."""
+
+    kv_ok: list[bool]
+    aux_ok: dict[str, list[bool]]
+    rewrite_pages: int
+    """Pages written again after a heal had dropped their beliefs."""
 
 
 class InflightPages:
@@ -80,17 +103,92 @@ def gate_backup(
 
 
 def aux_backup_keys(
-    node: Node, pages: Sequence[int], aux_pools: Sequence[str], window_pages: int
+    node: Node, pages: Sequence[int], aux: Sequence[Pool]
 ) -> dict[str, tuple[int, ...]]:
     """Aux keys a node write stores, decided at staging: only state still on the device.
 
-    SWA: the trailing min(window, node pages) pages before the node's end, if the node's SWA
-    values were not tombstoned. Mamba: the state at the node's end, keyed by its last page.
+    Each aux pool whose state the node still holds writes its tail at the node's end (SWA: the
+    trailing min(window, node pages) pages; Mamba: the state keyed by the last page).
     """
-    keys: dict[str, tuple[int, ...]] = {}
-    for pool in aux_pools:
-        if pool == "swa" and node.swa_resident:
-            keys[pool] = tuple(pages[-min(window_pages, len(pages)) :])
-        elif pool == "mamba" and node.mamba_resident and node.pages[-1] == pages[-1]:
-            keys[pool] = (pages[-1],)
-    return keys
+    resident = node.resident_aux
+    return {pool.name: pool.backup_keys(pages) for pool in aux if pool.name in resident}
+
+
+class WritePath:
+    """Backup offers, their gates, in-flight pages, acknowledgements, and the beliefs a heal
+    drops (SGLang: HiCacheController's write-through backup and its StorageExistenceCache)."""
+
+    def __init__(self, existence: ExistenceCache, storage: Storage, root: Node, *, gated: bool):
+        self.existence = existence
+        self.storage = storage
+        self.root = root
+        self.gated = gated
+        """buffer_only mode: offers pass the existence-cache gates and stale nodes are dropped."""
+        self.inflight = InflightPages()
+        self.inflight_nodes: set[int] = set()
+        self.heal_dropped: set[int] = set()
+        """Pages whose beliefs a heal dropped and that have not been written since."""
+
+    # ------------------------------------------------------------------ beliefs
+
+    def believe(self, keys: Iterable[int]) -> None:
+        """Pages a prefetch fetched are believed stored."""
+        self.existence.add(keys)
+
+    def forget(self, keys: Iterable[int]) -> list[int]:
+        """Drop these beliefs (a heal rule's choice); returns the keys that were believed."""
+        dropped = self.existence.invalidate(keys)
+        self.heal_dropped.update(dropped)
+        return dropped
+
+    def forget_beyond(self, span: Sequence[int], keep_pages: int) -> list[int]:
+        """Drop the beliefs of span[keep_pages:] (the hit-query heal)."""
+        dropped = self.existence.invalidate_beyond(span, keep_pages)
+        self.heal_dropped.update(dropped)
+        return dropped
+
+    # ------------------------------------------------------------------ the write path
+
+    def offer(self, node: Node, now_s: float) -> BackupIntent | GateVerdict | None:
+        """Gate a node (SGLang: enqueue_backup_intent): an intent to queue, the verdict that
+        refused it, or None when the node is already queued."""
+        if node.nid in self.inflight_nodes:
+            return None
+        node.backed_up = True
+        if self.gated:
+            verdict = gate_backup(self.existence, node, self.inflight, self.root)
+            if verdict != "write":
+                return verdict
+        pages = tuple(node.pages)
+        self.inflight.add(pages)
+        self.inflight_nodes.add(node.nid)
+        return BackupIntent(node, pages, now_s)
+
+    def stage(self, intent: BackupIntent) -> StagedWrite | None:
+        """Pick up a queued write: None (and released) when a gated node left the device."""
+        node, pages = intent.node, intent.pages
+        if self.gated and not (node.alive and node.on_device):
+            self._release(intent)
+            return None
+        aux_keys = aux_backup_keys(node, pages, self.storage.aux)
+        pools = self.storage.pools
+        nbytes = len(pages) * pools["kv"].object_bytes + sum(
+            len(keys) * pools[name].object_bytes for name, keys in aux_keys.items()
+        )
+        return StagedWrite(intent, aux_keys, nbytes)
+
+    def acknowledge(self, staged: StagedWrite, now_s: float) -> Acknowledgement:
+        """Store the objects; the KV keys become beliefs whether or not each put succeeded."""
+        pages = staged.intent.pages
+        pools = self.storage.pools
+        kv_ok = pools["kv"].put(pages, now_s)
+        aux_ok = {name: pools[name].put(keys, now_s) for name, keys in staged.aux_keys.items()}
+        self.existence.add(pages)
+        self._release(staged.intent)
+        rewritten = self.heal_dropped.intersection(pages)
+        self.heal_dropped.difference_update(rewritten)
+        return Acknowledgement(kv_ok, aux_ok, len(rewritten))
+
+    def _release(self, intent: BackupIntent) -> None:
+        self.inflight.remove(intent.pages)
+        self.inflight_nodes.discard(intent.node.nid)

@@ -1,4 +1,4 @@
-"""Page chains: prefix-chained page keys and the tail keys aux pools are stored under.
+"""Page chains: prefix-chained page keys.
 
 A page key identifies a whole prefix (it is chained over its parent's key), so two prompts share
 a page key exactly when they share every token up to the end of that page. Keys are small ints
@@ -7,7 +7,7 @@ handed out by a `ChainInterner` in order of first appearance, which keeps runs d
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable
 
 ROOT_KEY = 0
 """The parent key of a chain's first page."""
@@ -34,14 +34,3 @@ class ChainInterner:
             out.append(key)
             parent = key
         return out
-
-
-def tail_length(window_pages: int, span_pages: int) -> int:
-    """How many trailing pages of a span an aux pool needs: min(window, pages in the span)."""
-    return min(window_pages, span_pages)
-
-
-def tail_keys(span: Sequence[int], end: int, window_pages: int) -> tuple[int, ...]:
-    """The keys an aux pool needs to resume at `end`: pages[end - n, end) of the span."""
-    n = tail_length(window_pages, end)
-    return tuple(span[end - n : end])

@@ -1,23 +1,31 @@
-"""A storage prefetch (L3 -> host staging) and the hybrid all-or-nothing check.
+"""A storage prefetch (L3 -> host staging): planning, the hit query, termination policies, the
+hybrid all-or-nothing check, and what a settled prefetch leaves behind.
 
 The aux transfers are explicit: each names the page keys it asks its pool for (the tail of the
-hit span, section 2.2 of the design), so a reader can see why a prefetch was discarded.
+hit span), so a reader can see why a prefetch was discarded. The engine only adds time: it
+waits for `exists`, moves the bytes batch by batch, and asks `Prefetcher` what follows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from sim.model.chain import tail_keys
+from sim.model.backup import WritePath
+from sim.model.host import HostPool
+from sim.model.loops import LoopTracker
+from sim.model.pools import Pool
+from sim.model.storage import STORAGE_BATCH_PAGES, Storage
+from sim.registry import Registry
 
 
 @dataclass
 class AuxTransfer:
     """One aux pool's read: the tail keys it needs and the leading run it was served.
 
-    `keys is None` means no transfer could be formed (a mid-tree span shorter than the SWA
-    window), which the hybrid check treats as a failure, as SGLang does.
+    `keys is None` means no transfer could be formed (a mid-tree span shorter than the pool's
+    tail), which the hybrid check treats as a failure, as SGLang does.
     """
 
     pool: str
@@ -61,29 +69,175 @@ class PrefetchOp:
         return self.start_page + self.hit_pages
 
 
-def plan_aux_transfers(
-    aux_pools: Sequence[str], op: PrefetchOp, window_pages: int
-) -> list[AuxTransfer]:
-    """Tail-key transfers for the hit endpoint (SGLang's _sync_trailing_keys).
-
-    SWA needs min(window, hit) trailing pages; a span that starts mid-tree and is shorter than the
-    window gets no SWA transfer at all. Mamba needs the last page's state.
-    """
+def plan_aux_transfers(aux: Sequence[Pool], op: PrefetchOp) -> list[AuxTransfer]:
+    """Tail-key transfers for the hit endpoint (SGLang's _sync_trailing_keys)."""
     hit_span = op.hit_span
-    transfers = []
-    for pool in aux_pools:
-        if pool == "swa":
-            if op.start_page > 0 and len(op.span) < window_pages:
-                transfers.append(AuxTransfer(pool, None))
-            else:
-                transfers.append(
-                    AuxTransfer(pool, tail_keys(hit_span, len(hit_span), window_pages))
-                )
-        else:
-            transfers.append(AuxTransfer(pool, tail_keys(hit_span, len(hit_span), 1)))
-    return transfers
+    return [
+        AuxTransfer(pool.name, pool.transfer_keys(hit_span, len(op.span), op.start_page))
+        for pool in aux
+    ]
 
 
 def hybrid_check(op: PrefetchOp) -> bool:
     """All-or-nothing: KV delivered the whole hit and every aux transfer served all its keys."""
     return op.completed_pages == op.hit_pages and all(t.served_all for t in op.aux)
+
+
+# ---------------------------------------------------------------------- termination policies
+
+
+@dataclass(frozen=True)
+class PrefetchTimeout:
+    """The `timeout` policy's budget: base + per 1024 tokens of the hit."""
+
+    base_s: float
+    per_ki_token_s: float
+    page_size: int
+
+
+Policy = Callable[[PrefetchOp, PrefetchTimeout], float]
+"""When the scheduler may stop a prefetch that has not finished: a time, -inf (at once) or inf
+(never). SGLang: check_prefetch_progress / _can_terminate_prefetch."""
+
+PREFETCH_POLICIES: Registry[Policy] = Registry("prefetch policy")
+
+
+@PREFETCH_POLICIES.register("best_effort")
+def best_effort(op: PrefetchOp, budget: PrefetchTimeout) -> float:
+    """Stop as soon as the request could run."""
+    return -math.inf
+
+
+@PREFETCH_POLICIES.register("timeout")
+def timeout(op: PrefetchOp, budget: PrefetchTimeout) -> float:
+    """Stop once the budget for the hit has passed since the prefetch started (before the hit
+    query answers, the budget is the base alone)."""
+    per_hit = budget.per_ki_token_s * op.hit_pages * budget.page_size / 1024.0
+    return op.issued_s + (budget.base_s + per_hit)
+
+
+@PREFETCH_POLICIES.register("wait_complete")
+def wait_complete(op: PrefetchOp, budget: PrefetchTimeout) -> float:
+    """Never stop: the request waits for every byte."""
+    return math.inf
+
+
+# ---------------------------------------------------------------------- the prefetcher
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a settled prefetch leaves: its outcome, the endpoint it loaded (absolute pages, 0
+    on a discard) and the beliefs a heal dropped."""
+
+    outcome: str
+    loaded_end: int
+    dropped: Sequence[int] = ()
+
+
+class Prefetcher:
+    """The decisions of a prefetch, from the hit query to the hybrid check (SGLang:
+    HiCacheController's prefetch path and the scheduler's check of a finished prefetch)."""
+
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        host: HostPool,
+        write_path: WritePath,
+        loops: LoopTracker,
+        heal: Callable[[PrefetchOp], Sequence[int]],
+        hit_query: str,
+        policy: str,
+        timeout: PrefetchTimeout,
+        threshold_pages: int,
+    ) -> None:
+        self.storage = storage
+        self.host = host
+        self.write_path = write_path
+        self.loops = loops
+        self.heal = heal
+        """The heal rule, bound to this server: which beliefs a discarded op drops."""
+        self.hit_query = hit_query
+        self.policy = PREFETCH_POLICIES[policy]
+        self.timeout = timeout
+        self.threshold_pages = threshold_pages
+        """Spans and hits shorter than this are not prefetched (SGLang: max(threshold, page))."""
+        self.hit_query_dropped_beliefs = 0
+
+    def plan(
+        self, rid: int, start_page: int, span: Sequence[int], now_s: float
+    ) -> PrefetchOp | None:
+        """A prefetch for the unmatched span, or None when it is too short to be worth one."""
+        if len(span) < self.threshold_pages:
+            return None
+        return PrefetchOp(rid, start_page, tuple(span), now_s)
+
+    def query(self, op: PrefetchOp) -> str | None:
+        """Ask storage for the hit and stage it; an outcome ('revoked', 'declined') ends the op.
+
+        The beliefs past the reported hit are dropped here (the hit-query heal; a no-op where
+        the existence cache is not used).
+        """
+        hit = self.storage.hit_query(self.hit_query, op.span)
+        dropped = self.write_path.forget_beyond(op.span, hit)
+        self.hit_query_dropped_beliefs += len(dropped)
+        if hit < self.threshold_pages:
+            return "revoked"
+        if not self.host.alloc_prefetch(hit):
+            return "declined"
+        op.hit_pages = hit
+        op.aux = plan_aux_transfers(self.storage.aux, op)
+        return None
+
+    def kv_batches(self, op: PrefetchOp) -> Iterator[tuple[int, ...]]:
+        """The hit span in storage batches of STORAGE_BATCH_PAGES pages."""
+        span = op.hit_span
+        for lo in range(0, op.hit_pages, STORAGE_BATCH_PAGES):
+            yield span[lo : lo + STORAGE_BATCH_PAGES]
+
+    def read_kv(self, op: PrefetchOp, batch: tuple[int, ...], now_s: float) -> bool:
+        """Read one batch; False when it came back short (reading stops there)."""
+        served = self.storage.kv.get(batch, now_s)
+        op.completed_pages += served
+        op.kv_read_pages += served
+        return served == len(batch)
+
+    def aux_reads(self, op: PrefetchOp) -> list[AuxTransfer]:
+        """Aux transfers to read: only after KV completed and the op was not stopped."""
+        if op.completed_pages != op.hit_pages or op.terminated:
+            return []
+        return [t for t in op.aux if t.keys is not None]
+
+    def read_aux(self, op: PrefetchOp, transfer: AuxTransfer, now_s: float) -> None:
+        assert transfer.keys is not None
+        pool = self.storage.pools[transfer.pool]
+        transfer.hit_pages = pool.get(transfer.keys, now_s)
+        op.aux_read_bytes += transfer.hit_pages * pool.object_bytes
+
+    def may_stop_at(self, op: PrefetchOp) -> float:
+        """The termination policy: when the scheduler may stop this op."""
+        return self.policy(op, self.timeout)
+
+    def resolve(self, op: PrefetchOp, now_s: float) -> Resolution:
+        """Settle an issued prefetch when its request is admitted.
+
+        Beliefs are added for the fetched pages, staging is freed, then the hybrid check either
+        loads the span or discards it all and lets the heal rule drop beliefs. A model with no
+        aux pool loads whatever KV delivered.
+        """
+        op.terminated = op.terminated or not op.done
+        span = op.hit_span
+        self.write_path.believe(span[: op.completed_pages])
+        self.host.free_prefetch(op.hit_pages)
+        if hybrid_check(op) or (not op.aux and op.completed_pages > 0):
+            loaded = op.completed_pages
+            self.loops.on_success(span[loaded - 1], now_s)
+            return Resolution("success", op.start_page + loaded)
+        dropped = self.write_path.forget(self.heal(op))
+        self.loops.on_discard(span[-1], now_s)
+        return Resolution("discarded", 0, dropped)
+
+    def read_bytes(self, op: PrefetchOp) -> int:
+        """Bytes this op read from storage (KV and aux)."""
+        return op.kv_read_pages * self.storage.kv.object_bytes + op.aux_read_bytes

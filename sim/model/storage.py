@@ -1,26 +1,31 @@
-"""L3 storage: one object store per pool, and the three hit-query behaviours.
+"""L3 storage: one object store per pool, its cost model, and the hit-query behaviours.
 
 Each pool is an LRU object store with a capacity in objects (derived from GB and object size),
-independent get and put failure draws, and a random-eviction source. `Storage.hit_query` answers
-"how many leading pages of this span can be restored" the way each backend family does.
+independent get and put failure draws, and a random-eviction source. A hit query answers "how
+many leading pages of this span can be restored" the way a backend family does; the queries are
+registered in `HIT_QUERIES`, which is also the list the scenario key `storage.hit_query` accepts.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import KeysView, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, KeysView, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.model.chain import tail_length
+from sim.model.pools import KV, Pool
+from sim.registry import Registry
 
 STORAGE_BATCH_PAGES = 128
 """Pages per `exists` / `get` call (SGLang's STORAGE_BATCH_SIZE)."""
 
-HitQuery = Literal["kv_only", "intersect", "min_of_pools"]
+GB = 1e9
+"""Bandwidths and capacities are in gigabytes (1e9 bytes), as storage vendors quote them."""
+
+STORAGE_COUNTERS = ("get_hits", "get_misses", "put_hits", "put_inserts", "evictions")
+"""Per-pool counters every run reports as `storage_<pool>_<counter>`."""
 
 
 @dataclass
@@ -162,48 +167,90 @@ class StoragePool:
 
 @dataclass
 class Storage:
-    """The L3 tier: the KV pool plus the aux pools the model has."""
+    """The L3 tier: one store per pool of the model (KV first), and what its calls cost."""
 
     pools: dict[str, StoragePool]
-    window_pages: int
+    layout: Mapping[str, Pool]
+    """The model's pools by name: how many tail keys each needs at an endpoint."""
+    read_gbps: float = 10.0
+    write_gbps: float = 5.0
+    exists_latency_ms: float = 0.5
+    aux: tuple[Pool, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.aux = tuple(pool for name, pool in self.layout.items() if name != KV)
+        self.read_bps = self.read_gbps * GB
+        self.write_bps = self.write_gbps * GB
 
     @property
-    def aux_pools(self) -> list[str]:
-        return [p for p in self.pools if p != "kv"]
+    def kv(self) -> StoragePool:
+        return self.pools[KV]
 
-    def tail_len(self, pool: str, end: int) -> int:
-        return tail_length(self.window_pages if pool == "swa" else 1, end)
-
-    def tail_present(self, pool: str, span: Sequence[int], end: int) -> bool:
+    def tail_present(self, pool: Pool, span: Sequence[int], end: int) -> bool:
         """Does `pool` hold the tail keys needed to resume at `end` (span-relative)?"""
-        store = self.pools[pool]
-        n = self.tail_len(pool, end)
-        return all(key in store for key in span[end - n : end])
+        store = self.pools[pool.name]
+        return all(key in store for key in span[end - pool.tail_len(end) : end])
 
     def legal_endpoint_at_or_below(self, span: Sequence[int], end: int) -> int:
         """Greatest E <= end at which every aux pool has its tail keys (0 if none)."""
         for e in range(end, 0, -1):
-            if all(self.tail_present(p, span, e) for p in self.aux_pools):
+            if all(self.tail_present(p, span, e) for p in self.aux):
                 return e
         return 0
 
-    def hit_query(self, kind: HitQuery, span: Sequence[int]) -> int:
+    def hit_query(self, kind: str, span: Sequence[int]) -> int:
         """Pages of `span` the backend reports as restorable, by backend behaviour."""
-        kv_hit = self.pools["kv"].leading_run(span)
-        if kind == "kv_only" or not self.aux_pools:
-            return kv_hit
-        if kind == "intersect":
-            return self.legal_endpoint_at_or_below(span, kv_hit)
-        own_best = [
-            next(
-                (e for e in range(len(span), 0, -1) if self.tail_present(p, span, e)),
-                0,
-            )
-            for p in self.aux_pools
-        ]
-        return min([kv_hit, *own_best])
+        return HIT_QUERIES[kind](self, span)
+
+    # ------------------------------------------------------------------ cost model
+
+    def exists_s(self, pages: int) -> float:
+        """`exists` round trips for `pages` pages: one per STORAGE_BATCH_PAGES."""
+        return self.batches(pages) * self.exists_latency_ms / 1000.0
+
+    def read_s(self, nbytes: float) -> float:
+        return nbytes / self.read_bps
+
+    def write_s(self, nbytes: float) -> float:
+        return nbytes / self.write_bps
 
     @staticmethod
     def batches(pages: int) -> int:
         """Round trips for `pages` pages at STORAGE_BATCH_PAGES per call."""
         return -(-pages // STORAGE_BATCH_PAGES)
+
+    def counters(self) -> dict[str, int]:
+        """`storage_<pool>_<counter>` for every pool, for the run summary."""
+        return {
+            f"storage_{name}_{counter}": getattr(pool, counter)
+            for name, pool in self.pools.items()
+            for counter in STORAGE_COUNTERS
+        }
+
+
+HitQuery = Callable[[Storage, Sequence[int]], int]
+
+HIT_QUERIES: Registry[HitQuery] = Registry("hit query")
+
+
+@HIT_QUERIES.register("kv_only")
+def kv_only(storage: Storage, span: Sequence[int]) -> int:
+    """Counts KV pages only: a backend whose `exists` is blind to aux objects (a what-if)."""
+    return storage.kv.leading_run(span)
+
+
+@HIT_QUERIES.register("intersect")
+def intersect(storage: Storage, span: Sequence[int]) -> int:
+    """The largest endpoint at or below the KV hit that is legal for every aux pool at once."""
+    return storage.legal_endpoint_at_or_below(span, storage.kv.leading_run(span))
+
+
+@HIT_QUERIES.register("min_of_pools")
+def min_of_pools(storage: Storage, span: Sequence[int]) -> int:
+    """The KV hit, lowered to each aux pool's own last legal endpoint in the span."""
+    kv_hit = storage.kv.leading_run(span)
+    own_best = [
+        next((e for e in range(len(span), 0, -1) if storage.tail_present(p, span, e)), 0)
+        for p in storage.aux
+    ]
+    return min([kv_hit, *own_best])

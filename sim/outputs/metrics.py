@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from sim.model.loops import Loop
+from sim.model.pools import POOL_KINDS
+from sim.model.storage import STORAGE_COUNTERS
 
 SUMMARY_KEYS = (
     "requests",
@@ -57,18 +60,13 @@ EXTRA_KEYS = (
 
 WALL_CLOCK_KEYS = ("wall_s",)
 
-STORAGE_COUNTERS = ("get_hits", "get_misses", "put_hits", "put_inserts", "evictions")
-
 
 def is_summary_key(name: str) -> bool:
     """Is `name` a key every summary has (contract, extra, or a per-pool storage counter)?"""
     if name in SUMMARY_KEYS or name in EXTRA_KEYS:
         return True
-    pool, _, counter = name.removeprefix("storage_").partition("_")
-    return (
-        name.startswith("storage_")
-        and pool in ("kv", "swa", "mamba")
-        and (counter in STORAGE_COUNTERS)
+    return name.startswith("storage_") and any(
+        name == f"storage_{pool}_{counter}" for pool in POOL_KINDS for counter in STORAGE_COUNTERS
     )
 
 
@@ -85,6 +83,7 @@ def summarize(
     tables: dict[str, pd.DataFrame],
     loops: list[Loop],
     *,
+    aux_pools: Sequence[str],
     warmup_s: float,
     events: int,
     wall_s: float,
@@ -141,7 +140,7 @@ def summarize(
         "written_pages": int(written["pages"].sum()),
         "heal_rewrite_node_pages": int(written.loc[written["rewrite_pages"] > 0, "pages"].sum()),
         "write_kv_failed_pages": int(written["kv_failed"].sum()),
-        "write_aux_failed_objects": int((written["swa_failed"] + written["mamba_failed"]).sum()),
+        "write_aux_failed_objects": int(sum(written[f"{p}_failed"].sum() for p in aux_pools)),
         "dropped_parent_pages": int(wr.loc[wr["verdict"] == "drop_parent", "pages"].sum()),
         "heal_dropped_beliefs": int(discarded["dropped_beliefs"].sum()),
         "hit_query_dropped_beliefs": int(counters.get("hit_query_dropped_beliefs", 0)),

@@ -1,0 +1,193 @@
+"""Model assembly: a scenario becomes one server's plain model objects, units converted once.
+
+Every size in the scenario is turned into pages, objects, bytes per second or seconds here, so
+the engine's processes never read the scenario: they ask `Timing` and `Storage` how long
+something takes and the model objects what happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sim.heal import RULES, DiscardView
+from sim.model.backup import WritePath
+from sim.model.existence import ExistenceCache
+from sim.model.host import HostPool
+from sim.model.loops import LoopTracker
+from sim.model.pools import KV, POOL_KINDS, Pool
+from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout
+from sim.model.radix import RadixTree
+from sim.model.storage import GB, Storage, StoragePool
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
+
+WORKLOAD_STREAM = 0
+EVICTION_STREAM = 4
+"""Stream indices besides the pools' own fault streams (`PoolKind.stream_id`)."""
+
+
+def stream(seed: int, *spawn_key: int) -> np.random.Generator:
+    """An independent random stream of the run's seed: fixed indices per concern and pool, so
+    switching one source on or resizing anything never moves another source's draws."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=spawn_key))
+
+
+def workload_stream(seed: int) -> np.random.Generator:
+    return stream(seed, WORKLOAD_STREAM)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Compute and PCIe costs in seconds."""
+
+    prefill_tokens_per_s: float
+    decode_ms_per_token: float
+    pcie_bps: float
+    load_bytes_per_page: int
+    """Bytes a page restored from the host moves across PCIe: KV plus every per-page aux pool."""
+
+    def prefill_s(self, recomputed_tokens: int, loaded_pages: int) -> float:
+        load_bytes = loaded_pages * self.load_bytes_per_page
+        return recomputed_tokens / self.prefill_tokens_per_s + load_bytes / self.pcie_bps
+
+    def decode_s(self, output_tokens: int) -> float:
+        return output_tokens * self.decode_ms_per_token / 1000.0
+
+    def pcie_s(self, nbytes: float) -> float:
+        return nbytes / self.pcie_bps
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """A backend-side random eviction source of one storage pool, with its own stream."""
+
+    pool: StoragePool
+    rate_per_s: float
+    rng: np.random.Generator
+
+
+@dataclass
+class ServerModel:
+    """One server's model, assembled from a scenario: what the engine wires in time."""
+
+    page_size: int
+    pools: dict[str, Pool]
+    tree: RadixTree
+    host: HostPool
+    storage: Storage
+    existence: ExistenceCache
+    write_path: WritePath
+    prefetcher: Prefetcher
+    loops: LoopTracker
+    timing: Timing
+    evictions: list[Eviction]
+    buffer_only: bool
+
+    @property
+    def aux(self) -> tuple[Pool, ...]:
+        return self.storage.aux
+
+
+def layout(scenario: Scenario) -> dict[str, Pool]:
+    """The pools the scenario's model has, KV first, each resolved against its spec."""
+    spec = scenario.model
+    return {
+        name: Pool.of(POOL_KINDS[name], spec.pool_spec(name), spec.page_size)  # type: ignore[arg-type]
+        for name in spec.pools
+    }
+
+
+def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerModel:
+    """Assemble the model; with `storage_trace` every pool logs its accesses."""
+    pools = layout(scenario)
+    page_size = scenario.model.page_size
+    buffer_only = scenario.host.mode == "buffer_only"
+    aux = [pool for name, pool in pools.items() if name != KV]
+    tree = RadixTree(
+        kv_pages=scenario.device.kv_pages,
+        aux={p.name: (p.residency, scenario.device.capacity(p.name)) for p in aux},
+        host_cache_pages=None if buffer_only else scenario.host.pages,
+    )
+    host = HostPool(scenario.host.pages, cached_pages=lambda: tree.host_used)
+    stores = {name: _storage_pool(scenario, pool) for name, pool in pools.items()}
+    if storage_trace:
+        for store in stores.values():
+            store.access_log = []
+    storage = Storage(
+        stores,
+        pools,
+        read_gbps=scenario.storage.read_gbps,
+        write_gbps=scenario.storage.write_gbps,
+        exists_latency_ms=scenario.storage.exists_latency_ms,
+    )
+    existence = ExistenceCache(scenario.existence_cache.entries, enabled=buffer_only)
+    write_path = WritePath(existence, storage, tree.root, gated=buffer_only)
+    rule = RULES[scenario.heal]
+
+    def heal(op: PrefetchOp) -> list[int]:
+        return rule(DiscardView(op, page_size, storage))
+
+    prefetch = scenario.prefetch
+    threshold_tokens = max(prefetch.threshold_tokens, page_size)
+    loops = LoopTracker()
+    prefetcher = Prefetcher(
+        storage=storage,
+        host=host,
+        write_path=write_path,
+        loops=loops,
+        heal=heal,
+        hit_query=scenario.storage.hit_query,
+        policy=prefetch.policy,
+        timeout=PrefetchTimeout(
+            prefetch.timeout_base_s, prefetch.timeout_per_ki_token_s, page_size
+        ),
+        threshold_pages=-(-threshold_tokens // page_size),
+    )
+    timing = Timing(
+        prefill_tokens_per_s=scenario.compute.prefill_tokens_per_s,
+        decode_ms_per_token=scenario.compute.decode_ms_per_token,
+        pcie_bps=scenario.host.pcie_gbps * GB,
+        load_bytes_per_page=sum(p.object_bytes for p in pools.values() if p.residency.per_page),
+    )
+    evictions = [
+        Eviction(
+            stores[name],
+            scenario.storage_pool(name).evict_rate_per_s,
+            stream(scenario.seed, EVICTION_STREAM, pool.kind.stream_id),
+        )
+        for name, pool in pools.items()
+        if scenario.storage_pool(name).evict_rate_per_s > 0
+    ]
+    return ServerModel(
+        page_size=page_size,
+        pools=pools,
+        tree=tree,
+        host=host,
+        storage=storage,
+        existence=existence,
+        write_path=write_path,
+        prefetcher=prefetcher,
+        loops=loops,
+        timing=timing,
+        evictions=evictions,
+        buffer_only=buffer_only,
+    )
+
+
+def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
+    spec = scenario.storage_pool(pool.name)
+    size = pool.object_bytes
+    capacity = None if spec.capacity_gb is None else int(spec.capacity_gb * GB // size)
+    return StoragePool(
+        pool.name,
+        size,
+        capacity,
+        spec.get_fail_prob,
+        spec.put_fail_prob,
+        stream(scenario.seed, pool.kind.stream_id),
+        spec.put_outage_s,
+    )

@@ -1,0 +1,57 @@
+"""A node of the radix tree: a run of page keys and the state it holds in each tier."""
+
+from __future__ import annotations
+
+
+class Node:
+    """A run of pages in the tree (SGLang: TreeNode).
+
+    Its KV pages live on the device (`on_device`) and, in `cache` host mode, possibly on the
+    host (`on_host`). `resident_aux` names the aux pools whose state the node holds on the
+    device: per-page values such as SWA's (dropped — "tombstoned" — under pool pressure while
+    the KV stays) or the state at its end such as Mamba's. `host_aux` says its host copy carries
+    every aux pool's state too.
+    """
+
+    __slots__ = (
+        "alive",
+        "backed_up",
+        "children",
+        "host_aux",
+        "last_access_s",
+        "lock_ref",
+        "nid",
+        "on_device",
+        "on_host",
+        "pages",
+        "parent",
+        "resident_aux",
+        "start",
+    )
+
+    def __init__(self, nid: int, pages: list[int], parent: Node | None, start: int) -> None:
+        self.nid = nid
+        self.pages = pages
+        self.parent = parent
+        self.start = start
+        self.children: dict[int, Node] = {}
+        self.lock_ref = 0
+        self.last_access_s = 0.0
+        self.on_device = False
+        self.on_host = False
+        self.host_aux = False
+        self.resident_aux: set[str] = set()
+        self.backed_up = False
+        self.alive = True
+
+    @property
+    def end(self) -> int:
+        """Absolute page index just past this node's last page."""
+        return self.start + len(self.pages)
+
+    @property
+    def last_page(self) -> int:
+        return self.pages[-1]
+
+    def __repr__(self) -> str:
+        return f"Node({self.nid}, [{self.start}:{self.end}), dev={self.on_device})"

@@ -1,0 +1,173 @@
+"""Pool kinds: everything that differs between KV, SWA and Mamba, said once.
+
+A kind is its scenario spec (a `PoolSpec` subclass under `model.<name>`, which also says what one
+storage object weighs and how many trailing pages an endpoint needs) plus how its state lives on
+the device (`Residency`) and the index of its random streams. Every other layer iterates over
+the kinds a model has, so adding a kind is one spec class and one `register_pool_kind` call.
+
+Aux pools are tail-keyed: to resume at endpoint E a pool needs the objects of pages
+[E - n, E) of the span, n = min(tail pages, E) (SWA: the window; Mamba: one state at E;
+a kind with no bound, like KV, needs every page).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from sim.registry import Registry
+from sim.spec import Bytes, Strict
+
+KV = "kv"
+"""The full-attention pool: the chain every other pool is keyed along, and the only pool the
+existence cache holds beliefs for."""
+
+
+class Residency(Enum):
+    """How a pool's state lives on the device, which decides where a prefix can resume."""
+
+    PAGE_VALUES = "pages"
+    """Values for every page of a node, resident or dropped ("tombstoned") as a whole; a match
+    may end inside a resident node; both halves of a split keep them (KV, SWA)."""
+    END_STATE = "slots"
+    """One state at a node's end; a match may end only at a whole node that holds it; the upper
+    half of a split has none (the aux hole at the cut); a running request holds one working
+    slot (Mamba)."""
+
+    @property
+    def unit(self) -> str:
+        """What device capacity counts: pages or slots (`device.<pool>_<unit>`)."""
+        return self.value
+
+    @property
+    def per_page(self) -> bool:
+        return self is Residency.PAGE_VALUES
+
+    def units(self, node_pages: int) -> int:
+        """Device units a node holding this state takes."""
+        return node_pages if self.per_page else 1
+
+
+class PoolSpec(Strict):
+    """A pool's part of `model:`. Subclasses say what an object weighs and what an endpoint
+    needs, derived from their own fields."""
+
+    def object_bytes(self, page_size: int) -> int:
+        raise NotImplementedError
+
+    def tail_pages(self, page_size: int) -> int | None:
+        """Trailing pages an endpoint needs; None means every page of the span."""
+        return None
+
+
+class KVPoolSpec(PoolSpec):
+    bytes_per_token: Bytes
+
+    def object_bytes(self, page_size: int) -> int:
+        return page_size * self.bytes_per_token
+
+
+class SWAPoolSpec(PoolSpec):
+    window_tokens: Bytes
+    bytes_per_token: Bytes
+
+    def object_bytes(self, page_size: int) -> int:
+        return page_size * self.bytes_per_token
+
+    def tail_pages(self, page_size: int) -> int:
+        """A request resuming at a page boundary needs ceil(window / page) pages of history."""
+        return math.ceil(self.window_tokens / page_size)
+
+
+class MambaPoolSpec(PoolSpec):
+    state_bytes: Bytes
+
+    def object_bytes(self, page_size: int) -> int:
+        return self.state_bytes
+
+    def tail_pages(self, page_size: int) -> int:
+        return 1
+
+
+@dataclass(frozen=True)
+class PoolKind:
+    """A registered kind: its spec class, its device residency and its stream index."""
+
+    name: str
+    spec: type[PoolSpec]
+    residency: Residency
+    stream_id: int
+    """Random streams: faults use (stream_id,), backend evictions (EVICTION_STREAM, stream_id)."""
+
+    @property
+    def device_key(self) -> str:
+        """The `device:` key that sizes this pool on the device."""
+        return f"{self.name}_{self.residency.unit}"
+
+
+RESERVED_STREAMS = frozenset({0, 4})
+"""Stream indices that are not pool fault streams: the workload (0) and evictions (4, ...)."""
+
+POOL_KINDS: Registry[PoolKind] = Registry("pool kind")
+
+
+def register_pool_kind(kind: PoolKind) -> PoolKind:
+    """Make a pool kind available to scenarios (`model.<name>`, `device.<name>_<unit>`,
+    `storage.pools.<name>`)."""
+    taken = {k.stream_id for k in POOL_KINDS.values()} | RESERVED_STREAMS
+    if kind.stream_id in taken:
+        raise ValueError(f"pool kind {kind.name!r}: stream_id {kind.stream_id} is taken")
+    return POOL_KINDS.register(kind.name, kind)
+
+
+register_pool_kind(PoolKind(KV, KVPoolSpec, Residency.PAGE_VALUES, stream_id=1))
+register_pool_kind(PoolKind("swa", SWAPoolSpec, Residency.PAGE_VALUES, stream_id=2))
+register_pool_kind(PoolKind("mamba", MambaPoolSpec, Residency.END_STATE, stream_id=3))
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of a model: its kind resolved against the model's spec and page size."""
+
+    kind: PoolKind
+    object_bytes: int
+    tail_pages: int | None
+
+    @classmethod
+    def of(cls, kind: PoolKind, spec: PoolSpec, page_size: int) -> Pool:
+        return cls(kind, spec.object_bytes(page_size), spec.tail_pages(page_size))
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    @property
+    def residency(self) -> Residency:
+        return self.kind.residency
+
+    def tail_len(self, end: int) -> int:
+        """How many pages before `end` this pool needs: min(tail pages, end)."""
+        return end if self.tail_pages is None else min(self.tail_pages, end)
+
+    def tail_keys(self, span: Sequence[int], end: int) -> tuple[int, ...]:
+        """The keys this pool needs to resume at `end`: span[end - n, end)."""
+        return tuple(span[end - self.tail_len(end) : end])
+
+    def transfer_keys(
+        self, hit_span: Sequence[int], span_pages: int, start_page: int
+    ) -> tuple[int, ...] | None:
+        """Keys a prefetch asks this pool for (SGLang's _sync_trailing_keys).
+
+        A span that starts mid-tree and is shorter than the tail this pool needs gets no
+        transfer at all (None), which the hybrid check counts as a failure.
+        """
+        tail = self.tail_pages
+        if tail is not None and start_page > 0 and span_pages < tail:
+            return None
+        return self.tail_keys(hit_span, len(hit_span))
+
+    def backup_keys(self, node_pages: Sequence[int]) -> tuple[int, ...]:
+        """Keys a node's backup writes for this pool: its tail at the node's end."""
+        return self.tail_keys(node_pages, len(node_pages))

@@ -1,0 +1,52 @@
+"""The vocabulary of scenario specs: the strict base model, bounded number types, and the
+errors that name a file and a key.
+
+It sits below every extension point, so a pool kind, a workload kind or a policy can declare
+its own part of the scenario next to its behaviour, and `sim.scenario` assembles the whole
+schema from them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ScenarioError(Exception):
+    """Bad input: names the file and the key; the CLI maps it to exit code 2."""
+
+    def __init__(self, source: str, key: str | None, message: str) -> None:
+        super().__init__(source, key, message)
+        self.source = source
+        self.key = key
+        self.message = message
+
+    def __str__(self) -> str:
+        if self.key is None:
+            return f"{self.source}: {self.message}"
+        return f"{self.source}: {self.key or repr('')}: {self.message}"
+
+
+class KeyedError(ValueError):
+    """A cross-field error that knows which dotted key it is about."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+class Strict(BaseModel):
+    """Unknown keys refused, values frozen, no NaN or infinity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
+
+
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+Probability = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
+PositiveFloat = Annotated[float, Field(strict=True, gt=0.0)]
+NonNegFloat = Annotated[float, Field(strict=True, ge=0.0)]
+
+Bytes = Annotated[int, Field(strict=True, ge=1, le=2**40)]
+"""Object and token sizes: bounded so byte arithmetic stays within floats (a TiB per object)."""

@@ -1,0 +1,54 @@
+"""Small model objects for unit tests: trees, pool descriptions and storages built by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from sim.model.pools import KV, POOL_KINDS, Pool, Residency
+from sim.model.radix import Node, RadixTree
+from sim.model.storage import Storage, StoragePool
+
+
+def make_tree(
+    kv: int = 100,
+    swa: int | None = None,
+    mamba: int | None = None,
+    host: int | None = None,
+) -> RadixTree:
+    """A tree with a device SWA pool of `swa` pages and a Mamba pool of `mamba` slots."""
+    aux = {}
+    if swa is not None:
+        aux["swa"] = (Residency.PAGE_VALUES, swa)
+    if mamba is not None:
+        aux["mamba"] = (Residency.END_STATE, mamba)
+    return RadixTree(kv_pages=kv, aux=aux, host_cache_pages=host)
+
+
+def pool(name: str, tail_pages: int | None = None, object_bytes: int = 1) -> Pool:
+    """A pool description: KV (every page), SWA (a window of `tail_pages`), Mamba (one page)."""
+    if name == "mamba":
+        tail_pages = 1
+    return Pool(POOL_KINDS[name], object_bytes, None if name == KV else tail_pages)
+
+
+def layout(names: Iterable[str], window_pages: int = 2) -> dict[str, Pool]:
+    return {name: pool(name, window_pages) for name in names}
+
+
+def make_storage(
+    contents: Mapping[str, Iterable[int]], window_pages: int = 2, object_bytes: int = 1
+) -> Storage:
+    """A storage whose pools hold exactly `contents` (unbounded, fault-free)."""
+    stores: dict[str, StoragePool] = {}
+    for name, keys in contents.items():
+        store = StoragePool(name, object_bytes, None, 0.0, 0.0, np.random.default_rng(0))
+        assert all(store.put(list(keys), 0.0))
+        stores[name] = store
+    return Storage(stores, layout(contents, window_pages))
+
+
+def resident(node: Node, name: str) -> bool:
+    """Does the node hold this aux pool's state on the device?"""
+    return name in node.resident_aux
