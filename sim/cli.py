@@ -7,21 +7,18 @@ nothing is written); 1 anything else.
 from __future__ import annotations
 
 import json
-import math
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 import pandas as pd
-from tqdm import tqdm
 
-from sim.outputs.metrics import SUMMARY_KEYS
-from sim.runner import RunResult, run
+from sim.outputs.console import format_table, print_summary, progress
+from sim.runner import run
 from sim.scenario import (
     Scenario,
     ScenarioError,
@@ -33,23 +30,6 @@ from sim.scenario import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 RESULTS_ROOT = Path("results")
-COMPARE_COLUMNS = tuple(
-    key
-    for key in SUMMARY_KEYS
-    if key
-    not in {
-        "prompt_tokens",
-        "device_hit_tokens",
-        "host_hit_tokens",
-        "prefetch_success",
-        "l3_hit_tokens",
-        "l3_loaded_tokens",
-        "recomputed_tokens",
-        "events",
-        "wall_s",
-    }
-)
-"""The summary keys `compare` prints (all are in comparison.csv)."""
 
 
 def _bad_input(fn: F) -> F:
@@ -145,11 +125,11 @@ def run_cmd(
 
     sc = _load(scenario, overrides, seed)
     _refuse_existing(out, force)
-    with _progress(sc, sc.name) as on_progress:
+    with progress(sc, sc.name) as on_progress:
         result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")
     written = write_atomically(target, lambda d: write_run(result, d), force=force)
-    _print_summary(result)
+    print_summary(result)
     click.echo(f"wrote {written}")
 
 
@@ -189,7 +169,7 @@ def compare_cmd(
     _refuse_existing(out, force)
     results = []
     for variant in variants:
-        with _progress(variant, f"heal={variant.heal}") as on_progress:
+        with progress(variant, f"heal={variant.heal}") as on_progress:
             results.append(run(variant, on_progress=on_progress))
     table = pd.DataFrame([{"heal": r.scenario.heal, **r.summary} for r in results])
 
@@ -202,7 +182,7 @@ def compare_cmd(
 
     target = out or default_out(RESULTS_ROOT, base.name, "compare")
     written = write_atomically(target, fill, force=force)
-    click.echo(_format_table(table))
+    click.echo(format_table(table))
     click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
 
 
@@ -400,47 +380,9 @@ def plot_cmd(directory: Path) -> None:
         click.echo(f"wrote {path}")
 
 
-@contextmanager
-def _progress(scenario: Scenario, label: str) -> Iterator[Callable[[float], None]]:
-    """A progress bar over simulated time on stderr (tqdm; hidden when stderr is not a terminal)."""
-    total = scenario.duration_s
-    with tqdm(total=total, desc=label, unit="sim-s", file=sys.stderr, disable=None) as bar:
-
-        def advance(now_s: float) -> None:
-            bar.update(min(now_s, total) - bar.n)
-
-        yield advance
-        advance(total)
-
-
 def _refuse_existing(out: Path | None, force: bool) -> None:
     if out is not None and out.exists() and not force:
         raise FileExistsError(f"{out} already exists (use --force to replace it)")
-
-
-def _print_summary(result: RunResult) -> None:
-    s = result.summary
-    width = max(len(k) for k in s)
-    for key, value in s.items():
-        click.echo(f"{key:<{width}}  {_fmt(value)}")
-
-
-def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _format_table(table: pd.DataFrame) -> str:
-    rows = [["heal", *COMPARE_COLUMNS]]
-    rows += [[str(r["heal"]), *(_fmt(r[c]) for c in COMPARE_COLUMNS)] for _, r in table.iterrows()]
-    cols = list(zip(*rows, strict=True))
-    widths = [max(len(x) for x in col) for col in cols]
-    return "\n".join(
-        "  ".join(x.rjust(w) for x, w in zip(row, widths, strict=True)) for row in rows
-    )
 
 
 def _terminate(signum: int, frame: object) -> None:

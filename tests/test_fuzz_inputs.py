@@ -1089,7 +1089,7 @@ def assert_exit_2_and_nothing_written(tmp: Path, *extra: str, names: str = SCENA
 
 YAML_LOADER_CRASHES = {
     # PyYAML's SafeLoader raises more than yaml.YAMLError; read_document catches only that
-    # (sim/scenario.py, read_document: `except yaml.YAMLError`), so these exit 1.
+    # (sim/documents.py, read_document: `except yaml.YAMLError`), so these exit 1.
     "implicit-date-out-of-range": "extra: 2001-02-30\n",  # ValueError: day is out of range
     "timestamp-tag-on-number": "extra: !!timestamp 1\n",  # AttributeError (groupdict of None)
     "int-tag-on-word": "extra: !!int abc\n",  # ValueError

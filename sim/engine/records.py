@@ -16,7 +16,7 @@ import pandas as pd
 
 from sim.model.backup import Acknowledgement
 from sim.model.pools import KV, Pool
-from sim.model.prefetch import AuxTransfer
+from sim.model.prefetch import AuxTransfer, PrefetchOp
 
 
 class RequestRecord(NamedTuple):
@@ -53,6 +53,31 @@ class PrefetchRecord(NamedTuple):
     endpoint_key: int
     dropped_beliefs: int
     read_bytes: int
+
+    @classmethod
+    def of(
+        cls,
+        op: PrefetchOp,
+        rid: int,
+        outcome: str,
+        resolved_s: float,
+        dropped_beliefs: int,
+        read_bytes: int,
+    ) -> PrefetchRecord:
+        return cls(
+            rid=rid,
+            issued_s=op.issued_s,
+            resolved_s=resolved_s,
+            outcome=outcome,
+            start_page=op.start_page,
+            span_pages=len(op.span),
+            hit_pages=op.hit_pages,
+            completed_pages=op.completed_pages,
+            terminated=op.terminated,
+            endpoint_key=op.hit_span[-1] if op.hit_pages else -1,
+            dropped_beliefs=dropped_beliefs,
+            read_bytes=read_bytes,
+        )
 
 
 class WriteRecord(NamedTuple):

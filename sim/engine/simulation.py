@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any
 
 import simpy
 
-from sim.engine.records import PrefetchRecord, Records, RequestRecord, Sample, WriteRecord
+from sim.engine.job import Job
+from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
 from sim.model.backup import BackupIntent
 from sim.model.build import Eviction, ServerModel, build_model, workload_stream
 from sim.model.node import Node
@@ -36,24 +36,6 @@ class CountingEnvironment(simpy.Environment):
     def step(self) -> None:
         self.events += 1
         _simpy_step(self)  # cheaper than super() once per event
-
-
-@dataclass
-class Job:
-    """A request's life in the server."""
-
-    req: Request
-    lock_node: Node
-    device_pages: int
-    host_pages: int
-    op: PrefetchOp | None = None
-    prefetch_outcome: str = "none"
-    reserved_kv: int = 0
-    admitted_s: float | None = None
-    first_token_s: float | None = None
-    l3_loaded_pages: int = 0
-    recomputed_tokens: int = 0
-    wake_at: float | None = None
 
 
 class Simulation:
@@ -271,14 +253,8 @@ class Simulation:
     def _insert(
         self, job: Job, pages: list[int], *, backed_up: bool, backup_path: bool = False
     ) -> None:
-        """Insert on the device against the job's reservation, then offer nodes for backup.
-
-        New nodes are always offered. With `backup_path` (the insert after a prefill in
-        `buffer_only` mode) every node on the request's path is offered, parents first: such a
-        server keeps no host copies, so the tree cannot tell whether storage still has a node and
-        relies on the existence cache's FULL check to skip it. That is what lets a heal rewrite a
-        node the request only matched, and lets its new children pass the parent-cover gate.
-        """
+        """Insert on the device against the job's reservation, move the job's lock to the new
+        end, and offer the nodes the write path asks for (`backup_path`: the whole path)."""
         tree = self.tree
         before = tree.kv.used
         node, new_nodes = tree.insert(
@@ -290,19 +266,9 @@ class Simulation:
         tree.lock(node)
         tree.unlock(job.lock_node)
         job.lock_node = node
-        offered = self._path(node) if backup_path else new_nodes
-        for candidate in offered:
-            if backup_path or not candidate.backed_up:
-                self.offer_backup(candidate)
-
-    def _path(self, node: Node) -> list[Node]:
-        """Nodes from the root's child down to `node`, parents first."""
-        path: list[Node] = []
-        while node is not self.tree.root:
-            path.append(node)
-            node = node.parent  # type: ignore[assignment]
-        path.reverse()
-        return path
+        path = tree.path(node) if backup_path else None
+        for candidate in self.write_path.candidates(new_nodes, path):
+            self.offer_backup(candidate)
 
     # ------------------------------------------------------------------ decode and finish
 
@@ -390,42 +356,11 @@ class Simulation:
     # ------------------------------------------------------------------ records
 
     def _record_request(self, job: Job, outcome: str) -> None:
-        req, op = job.req, job.op
-        ps = self.model.page_size
-        self.records.requests.append(
-            RequestRecord(
-                rid=req.rid,
-                arrival_s=req.arrival_s,
-                prompt_tokens=req.prompt_tokens,
-                output_tokens=req.output_tokens,
-                device_hit_tokens=job.device_pages * ps,
-                host_hit_tokens=(job.host_pages - job.device_pages) * ps,
-                l3_hit_tokens=(op.hit_pages if op is not None else 0) * ps,
-                l3_loaded_tokens=job.l3_loaded_pages * ps,
-                recomputed_tokens=job.recomputed_tokens,
-                prefetch=job.prefetch_outcome,
-                admitted_s=job.admitted_s,
-                first_token_s=job.first_token_s,
-                finish_s=self.env.now if outcome == "finished" else None,
-                outcome=outcome,
-                session=req.session,
-                turn=req.turn,
-            )
-        )
+        finish_s = self.env.now if outcome == "finished" else None
+        self.records.requests.append(job.record(outcome, finish_s, self.model.page_size))
 
     def _record_prefetch(self, job: Job, op: PrefetchOp, outcome: str, dropped: Any) -> None:
-        row = PrefetchRecord(
-            rid=job.req.rid,
-            issued_s=op.issued_s,
-            resolved_s=self.env.now,
-            outcome=outcome,
-            start_page=op.start_page,
-            span_pages=len(op.span),
-            hit_pages=op.hit_pages,
-            completed_pages=op.completed_pages,
-            terminated=op.terminated,
-            endpoint_key=op.hit_span[-1] if op.hit_pages else -1,
-            dropped_beliefs=len(dropped),
-            read_bytes=self.prefetcher.read_bytes(op),
+        row = PrefetchRecord.of(
+            op, job.req.rid, outcome, self.env.now, len(dropped), self.prefetcher.read_bytes(op)
         )
         self.records.add_prefetch(row, op.aux)

@@ -149,6 +149,20 @@ class WritePath:
 
     # ------------------------------------------------------------------ the write path
 
+    def candidates(self, new_nodes: list[Node], path: list[Node] | None) -> list[Node]:
+        """The nodes an insert offers for backup.
+
+        New nodes not already in storage are always offered. With the request's `path` (the
+        insert after a prefill in `buffer_only` mode) every node on it is offered, parents
+        first: such a server keeps no host copies, so the tree cannot tell whether storage still
+        has a node and relies on the existence cache's FULL check to skip it. That is what lets
+        a heal rewrite a node the request only matched, and lets its new children pass the
+        parent-cover gate.
+        """
+        if path is not None:
+            return path
+        return [node for node in new_nodes if not node.backed_up]
+
     def offer(self, node: Node, now_s: float) -> BackupIntent | GateVerdict | None:
         """Gate a node (SGLang: enqueue_backup_intent): an intent to queue, the verdict that
         refused it, or None when the node is already queued."""

@@ -329,6 +329,15 @@ class RadixTree:
 
     # ---------------------------------------------------------------- inspection
 
+    def path(self, node: Node) -> list[Node]:
+        """Nodes from the root's child down to `node`, parents first."""
+        out: list[Node] = []
+        while node is not self.root:
+            out.append(node)
+            node = node.parent  # type: ignore[assignment]
+        out.reverse()
+        return out
+
     def iter_nodes(self) -> list[Node]:
         out: list[Node] = []
         stack = list(self.root.children.values())

@@ -1,0 +1,146 @@
+"""Scenario documents: safe YAML with duplicate keys, self-referring aliases and binary data
+refused, and `--set dotted.key=value` overrides applied to the plain mapping before validation.
+
+Every failure is a `ScenarioError` naming the file (or `--set`) and, where one is known, the
+dotted key and the line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.spec import ScenarioError
+
+
+def _check_document(
+    node: yaml.Node | None, path: str = "", active: frozenset[int] = frozenset()
+) -> None:
+    """Refuse, naming the dotted key: duplicate mapping keys (YAML would silently keep the
+    last), aliases that contain themselves, and binary data (`!!binary` becomes bytes, which no
+    scenario value is and which a value typed loosely, like a sweep grid's, would let through)."""
+    if id(node) in active:
+        raise ScenarioError("", path or None, "a YAML alias refers to itself")
+    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:binary":
+        line = node.start_mark.line + 1
+        raise ScenarioError("", path or None, f"binary data is not a scenario value (line {line})")
+    active = active | {id(node)}
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            dotted = f"{path}.{key}" if path else key
+            if key in seen and key != "<<":
+                raise ScenarioError(
+                    "", dotted, f"duplicate key (line {key_node.start_mark.line + 1})"
+                )
+            seen.add(key)
+            _check_document(value_node, dotted, active)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_document(item, f"{path}.{i}" if path else str(i), active)
+
+
+LOADER_ERRORS = (
+    yaml.YAMLError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+)
+"""What PyYAML can raise on hostile input besides its own errors (bad dates, tags on the wrong
+kind of scalar, huge integers, deep nesting)."""
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """SafeLoader whose value errors (a bad date, a tag on the wrong scalar, a huge integer)
+    become YAML errors that carry the line of the offending node."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read this value ({type(exc).__name__}: {exc})", node.start_mark
+            ) from None
+
+
+def _safe_load(text: str) -> Any:
+    """Safe YAML (no object-constructing tags), checked by `_check_document`."""
+    try:
+        _check_document(yaml.compose(text, Loader=_SafeLoader))
+        return yaml.load(text, Loader=_SafeLoader)
+    except RecursionError:
+        raise yaml.YAMLError(f"nested too deeply (line {_deep_line(text)})") from None
+
+
+def _deep_line(text: str, limit: int = 200) -> int:
+    """The first line where brackets and indentation nest past `limit` levels (for messages)."""
+    depth = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        indent = (len(line) - len(line.lstrip(" "))) // 2
+        for char in line:
+            depth += (char in "[{") - (char in "]}")
+            if depth + indent > limit:
+                return lineno
+    return 1
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`dotted.key=value` with the value read as a YAML scalar or flow collection."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ScenarioError("--set", text, "expected dotted.key=value")
+    try:
+        value = _safe_load(raw) if raw.strip() else None
+    except ScenarioError as exc:
+        raise ScenarioError("--set", f"{key}.{exc.key}", exc.message) from None
+    except LOADER_ERRORS as exc:
+        raise ScenarioError("--set", key, f"value is not valid YAML: {_brief(exc)}") from None
+    return key.strip(), value
+
+
+def apply_override(doc: dict[str, Any], key: str, value: Any, source: str = "--set") -> None:
+    """Set `doc[a][b][c] = value` for key `a.b.c`, creating mappings that do not exist yet."""
+    parts = key.split(".")
+    node = doc
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(source, ".".join(parts[: i + 1]), "is not a mapping")
+        node = child
+    node[parts[-1]] = value
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """Read a scenario file into a plain mapping, or raise a ScenarioError naming the file."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(source, None, f"cannot read file: {exc}") from None
+    try:
+        doc = _safe_load(text)
+    except ScenarioError as exc:
+        raise ScenarioError(source, exc.key, exc.message) from None
+    except LOADER_ERRORS as exc:
+        raise ScenarioError(source, None, f"not valid YAML: {_brief(exc)}") from None
+    if doc is None:
+        raise ScenarioError(source, None, "the file is empty")
+    if not isinstance(doc, dict):
+        raise ScenarioError(source, None, f"top level must be a mapping, not {type(doc).__name__}")
+    return doc
+
+
+def _brief(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc) if isinstance(exc, yaml.YAMLError) else f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[:limit] + "..."
