@@ -130,11 +130,16 @@ class StoragePool:
         return ok
 
     def evict_random(self, rng: np.random.Generator) -> int | None:
-        """Drop one uniformly chosen object (backend-side eviction, e.g. TTL or rebalancing)."""
+        """Drop one uniformly chosen object (backend-side eviction, e.g. TTL or rebalancing).
+
+        It takes exactly one draw whatever the pool holds, so the times of later evictions,
+        drawn from the same stream, never depend on the pool's contents.
+        """
+        u = float(rng.random())
         objects = self._objects
         if not objects:
             return None
-        index = int(rng.integers(len(objects)))
+        index = int(u * len(objects))
         key = next(itertools.islice(objects, index, None))
         del objects[key]
         self.evictions += 1
