@@ -275,6 +275,36 @@ def test_plot_run_directory(tiny: Path, tmp_path: Path):
     assert "timeseries.png" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("layout", "device_columns"),
+    [
+        ({"model.swa": None, "device.swa_pages": None, "storage.pools": {}}, ["device_kv_pages"]),
+        (
+            {"model.mamba": {"state_bytes": 1 << 20}, "device.mamba_slots": 16},
+            ["device_kv_pages", "device_swa_pages", "device_mamba_slots"],
+        ),
+    ],
+    ids=["kv-only", "kv-swa-mamba"],
+)
+def test_plot_a_run_of_any_pool_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: dict[str, Any], device_columns: list
+):
+    """The time series has a device column per pool of the model, and the plot draws them."""
+    monkeypatch.chdir(tmp_path)
+    doc = tiny_doc(**layout)
+    for key in [k for k, v in layout.items() if v is None]:
+        section, _, field = key.partition(".")
+        doc[section].pop(field)
+    path = tmp_path / "layout.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    out = tmp_path / "out"
+    ok(invoke("run", str(path), "--out", str(out)))
+    columns = pd.read_parquet(out / "timeseries.parquet").columns
+    assert [c for c in columns if c.startswith("device_")] == device_columns
+    ok(invoke("plot", str(out)))
+    assert is_png(out / "timeseries.png")
+
+
 def test_plot_directory_without_results_fails_cleanly(tmp_path: Path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -72,8 +72,9 @@ def plot_run(directory: Path) -> Path:
     axes[0, 1].plot(ts["t_s"], ts["healed_beliefs_pending"], label="dropped, not yet rewritten")
     axes[0, 1].set_title("existence cache")
     axes[0, 1].legend(fontsize=8)
-    axes[1, 0].plot(ts["t_s"], ts["device_kv_pages"], label="device KV pages")
-    axes[1, 0].plot(ts["t_s"], ts["device_swa_pages"], label="device SWA pages")
+    for col in [c for c in ts.columns if c.startswith("device_")]:
+        pool, _, unit = col.removeprefix("device_").partition("_")
+        axes[1, 0].plot(ts["t_s"], ts[col], label=f"device {pool} {unit}")
     axes[1, 0].plot(ts["t_s"], ts["host_pages"], label="host pages")
     axes[1, 0].legend(fontsize=8)
     axes[1, 0].set_title("device and host occupancy")
