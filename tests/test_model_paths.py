@@ -1,0 +1,163 @@
+"""The write path and prefetch resolution as plain model objects, driven without SimPy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sim.heal import RULES, DiscardView
+from sim.model.backup import BackupIntent, WritePath
+from sim.model.existence import ExistenceCache
+from sim.model.host import HostPool
+from sim.model.loops import LoopTracker
+from sim.model.prefetch import PREFETCH_POLICIES, Prefetcher, PrefetchOp, PrefetchTimeout
+from sim.model.storage import Storage
+from tests.model_helpers import make_storage, make_tree
+
+# ---------------------------------------------------------------- the write path
+
+
+def test_offer_stage_acknowledge_stores_the_node_and_believes_its_pages() -> None:
+    storage = make_storage({"kv": [], "swa": []}, window_pages=2)
+    tree = make_tree(kv=100, swa=100)
+    path = WritePath(ExistenceCache(1000), storage, tree.root, gated=True)
+    node, _ = tree.insert([1, 2, 3], 0.0)
+    intent = path.offer(node, 0.0)
+    assert isinstance(intent, BackupIntent) and intent.pages == (1, 2, 3)
+    assert path.offer(node, 0.1) is None, "already queued"
+    assert 2 in path.inflight
+    staged = path.stage(intent)
+    assert staged is not None and staged.aux_keys == {"swa": (2, 3)}
+    assert staged.nbytes == 3 * 1 + 2 * 1
+    ack = path.acknowledge(staged, 1.0)
+    assert ack.kv_ok == [True] * 3 and ack.aux_ok == {"swa": [True, True]}
+    assert all(key in storage.kv for key in (1, 2, 3)) and 1 not in storage.pools["swa"]
+    assert path.existence.covers_all([1, 2, 3]) and len(path.inflight) == 0
+    assert path.offer(node, 2.0) == "skip_covered"
+
+
+def test_a_heal_dropped_page_counts_as_rewritten_when_written_again() -> None:
+    storage = make_storage({"kv": [], "swa": []})
+    tree = make_tree(kv=100, swa=100)
+    path = WritePath(ExistenceCache(1000), storage, tree.root, gated=True)
+    node, _ = tree.insert([1, 2, 3], 0.0)
+    first = path.offer(node, 0.0)
+    assert isinstance(first, BackupIntent)
+    path.acknowledge(path.stage(first), 0.5)  # type: ignore[arg-type]
+    assert path.forget([3, 9]) == [3], "only believed keys are dropped"
+    assert path.heal_dropped == {3}
+    again = path.offer(node, 1.0)
+    assert isinstance(again, BackupIntent)
+    ack = path.acknowledge(path.stage(again), 1.5)  # type: ignore[arg-type]
+    assert ack.rewrite_pages == 1 and path.heal_dropped == set()
+
+
+def test_a_gated_write_of_a_node_that_left_the_device_is_stale() -> None:
+    storage = make_storage({"kv": []})
+    tree = make_tree(kv=3)
+    path = WritePath(ExistenceCache(1000), storage, tree.root, gated=True)
+    node, _ = tree.insert([1, 2, 3], 0.0)
+    intent = path.offer(node, 0.0)
+    assert isinstance(intent, BackupIntent)
+    assert tree.reserve(3, 0), "evicts the unlocked leaf"
+    assert not node.alive
+    assert path.stage(intent) is None
+    assert len(path.inflight) == 0 and node.nid not in path.inflight_nodes
+
+
+def test_candidates_are_new_unbacked_nodes_or_the_whole_path() -> None:
+    storage = make_storage({"kv": []})
+    tree = make_tree()
+    path = WritePath(ExistenceCache(10), storage, tree.root, gated=True)
+    tree.insert([1, 2], 0.0)
+    leaf, new = tree.insert([1, 2, 3, 4], 1.0, backed_up=True)
+    assert path.candidates(new, None) == []
+    assert [n.pages for n in path.candidates(new, tree.path(leaf))] == [[1, 2], [3, 4]]
+
+
+# ---------------------------------------------------------------- prefetch resolution
+
+
+def prefetcher(storage: Storage, *, policy: str = "timeout", host_pages: int = 1000) -> Prefetcher:
+    existence = ExistenceCache(1000)
+    path = WritePath(existence, storage, make_tree().root, gated=True)
+    rule = RULES["keep_pages"]
+    return Prefetcher(
+        storage=storage,
+        host=HostPool(host_pages),
+        write_path=path,
+        loops=LoopTracker(),
+        heal=lambda op: rule(DiscardView(op, 64, storage)),
+        hit_query="kv_only",
+        policy=policy,
+        timeout=PrefetchTimeout(1.0, 0.25, 64),
+        threshold_pages=4,
+    )
+
+
+SPAN = tuple(range(1, 11))
+
+
+def read_everything(p: Prefetcher, op: PrefetchOp) -> None:
+    for batch in p.kv_batches(op):
+        if not p.read_kv(op, batch, 0.0):
+            break
+    for transfer in p.aux_reads(op):
+        p.read_aux(op, transfer, 0.0)
+    op.done = True
+
+
+def test_a_short_span_gets_no_prefetch_and_a_low_hit_is_revoked() -> None:
+    p = prefetcher(make_storage({"kv": SPAN[:3], "swa": SPAN}))
+    assert p.plan(1, 0, SPAN[:3], 0.0) is None
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None
+    assert p.query(op) == "revoked" and not op.issued
+
+
+def test_staging_is_declined_when_the_load_share_is_full() -> None:
+    p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}), host_pages=10)
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None and p.query(op) == "declined"
+
+
+def test_a_complete_read_succeeds_and_believes_what_it_fetched() -> None:
+    p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}))
+    op = p.plan(1, 2, SPAN, 0.0)
+    assert op is not None and p.query(op) is None
+    assert p.host.prefetch_pages == 10
+    read_everything(p, op)
+    resolution = p.resolve(op, 1.0)
+    assert (resolution.outcome, resolution.loaded_end) == ("success", 12)
+    assert p.write_path.existence.covers_all(SPAN) and p.host.prefetch_pages == 0
+    assert p.read_bytes(op) == 10 + 2
+
+
+def test_a_missing_swa_tail_discards_the_whole_prefetch_and_heals() -> None:
+    """kv_only reports all 10 pages; SWA lacks the tail at 10: discard, keep_pages keeps 8."""
+    p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN[:8]}))
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None and p.query(op) is None
+    read_everything(p, op)
+    resolution = p.resolve(op, 1.0)
+    assert resolution.outcome == "discarded" and resolution.loaded_end == 0
+    assert list(resolution.dropped) == [9, 10]
+    assert p.write_path.heal_dropped == {9, 10}
+    assert [loop.endpoint_key for loop in p.loops.all_loops()] == [10]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [("best_effort", -math.inf), ("wait_complete", math.inf), ("timeout", 5.0 + 1.0 + 2.5)],
+)
+def test_policies_say_when_a_prefetch_may_stop(policy: str, expected: float) -> None:
+    """timeout: issued + base + 0.25 s per 1024 tokens of the hit (160 pages of 64 tokens are
+    10 Ki tokens -> 2.5 s)."""
+    op = PrefetchOp(1, 0, tuple(range(1, 161)), 5.0, hit_pages=160)
+    assert PREFETCH_POLICIES[policy](op, PrefetchTimeout(1.0, 0.25, 64)) == expected
+
+
+def test_the_timeout_before_the_hit_query_answers_is_the_base() -> None:
+    op = PrefetchOp(1, 0, SPAN, 5.0)
+    assert PREFETCH_POLICIES["timeout"](op, PrefetchTimeout(1.0, 0.25, 64)) == 6.0
