@@ -1,12 +1,22 @@
 """hicache-sim: a discrete-event simulator of hybrid HiCache storage prefetch.
 
-Public API: `load_scenario`, `run`, `RunResult`, and the contract heal function
-`sim.heal.keep_pages`.
+Public API (docs/api.md): `load_scenario`, `build_scenario`, `run`, `RunResult`, `Scenario`,
+`ScenarioError`, `scenario_model` (the schema for the registries as they are), and the contract
+heal function `sim.heal.keep_pages`.
 """
 
 from sim import heal
 from sim.runner import RunResult, run
-from sim.scenario import Scenario, ScenarioError, load_scenario
+from sim.scenario import Scenario, ScenarioError, build_scenario, load_scenario, scenario_model
 
-__all__ = ["RunResult", "Scenario", "ScenarioError", "heal", "load_scenario", "run"]
+__all__ = [
+    "RunResult",
+    "Scenario",
+    "ScenarioError",
+    "build_scenario",
+    "heal",
+    "load_scenario",
+    "run",
+    "scenario_model",
+]
 __version__ = "0.1.0"
