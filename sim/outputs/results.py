@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from sim.model.pools import POOL_KINDS
 from sim.runner import RunResult
 from sim.scenario import scenario_document
 
@@ -80,7 +81,7 @@ def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
     if not trace_path.exists():
         raise FileNotFoundError(f"{trace_path} not found: run with --storage-trace first")
     config = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
-    pools = ["kv", *(p for p in ("swa", "mamba") if config["model"].get(p))]
+    pools = [name for name in POOL_KINDS if config["model"].get(name)]
     if pool not in pools:
         raise ValueError(f"pool {pool!r} is not in this run (pools: {', '.join(pools)})")
     trace = pd.read_parquet(trace_path)
