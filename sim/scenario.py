@@ -142,12 +142,7 @@ class SweepSpec(Strict):
 
 
 class Scenario(Strict):
-    """One fully resolved simulation input.
-
-    The fields whose accepted values come from a registry (pools, heal rules, hit queries,
-    policies, workload kinds) are declared loosely here and tightened by `scenario_model`,
-    which builds the validating subclass from the registries as they are now.
-    """
+    """One fully resolved simulation input."""
 
     name: Annotated[
         str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
@@ -222,7 +217,13 @@ def _default(model: type[Strict], field: str) -> Any:
 
 
 def scenario_model() -> type[Scenario]:
-    """The validating scenario class for the registries as they are now."""
+    """The validating scenario class for the registries as they are now.
+
+    The fields whose accepted values come from a registry (pools, heal rules, hit queries,
+    policies, workload kinds) are declared loosely on `Scenario` and its parts, which is what
+    the rest of the code is typed against; this subclass tightens them, and is rebuilt when a
+    registry changes.
+    """
     return _schema(
         *(r.version for r in (POOL_KINDS, RULES, HIT_QUERIES, PREFETCH_POLICIES, WORKLOAD_KINDS))
     )

@@ -110,6 +110,12 @@ BAD_SCENARIOS: list[tuple[str, str, str | None, tuple[str, ...]]] = [
     ("duration-inf", doc_text(duration_s=float("inf")), "duration_s", ()),
     ("duration-nan", doc_text(duration_s=float("nan")), "duration_s", ()),
     ("warmup-equals-duration", doc_text(warmup_s=120, duration_s=120), "warmup_s", ()),
+    (
+        "window-beyond-bound",
+        doc_text(**{"model.swa.window_tokens": 2**24 + 1}),
+        "model.swa.window_tokens",
+        ("16777216",),
+    ),
     ("warmup-above-duration", doc_text(warmup_s=200, duration_s=120), "warmup_s", ()),
     (
         "outage-reversed",

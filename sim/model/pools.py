@@ -16,6 +16,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Annotated
+
+from pydantic import Field
 
 from sim.registry import Registry
 from sim.spec import Bytes, Strict
@@ -70,7 +73,7 @@ class KVPoolSpec(PoolSpec):
 
 
 class SWAPoolSpec(PoolSpec):
-    window_tokens: Bytes
+    window_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)]
     bytes_per_token: Bytes
 
     def object_bytes(self, page_size: int) -> int:
