@@ -71,10 +71,6 @@ class ModelSpec(Strict):
         """The pools this model has, KV first, in registry order."""
         return tuple(name for name in POOL_KINDS if self.pool_spec(name) is not None)
 
-    @property
-    def aux_pools(self) -> tuple[str, ...]:
-        return self.pools[1:]
-
 
 class DeviceSpec(Strict):
     """`device:` — KV pages, and `<pool>_<unit>` for each aux pool the model has."""

@@ -87,10 +87,6 @@ class ServerModel:
     evictions: list[Eviction]
     buffer_only: bool
 
-    @property
-    def aux(self) -> tuple[Pool, ...]:
-        return self.storage.aux
-
 
 def layout(scenario: Scenario) -> dict[str, Pool]:
     """The pools the scenario's model has, KV first, each resolved against its spec."""

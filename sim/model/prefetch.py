@@ -63,11 +63,6 @@ class PrefetchOp:
         """The prefetched keys truncated to the hit (`span` of the hybrid check)."""
         return self.span[: self.hit_pages]
 
-    @property
-    def end_page(self) -> int:
-        """Absolute page index of the hit endpoint."""
-        return self.start_page + self.hit_pages
-
 
 def plan_aux_transfers(aux: Sequence[Pool], op: PrefetchOp) -> list[AuxTransfer]:
     """Tail-key transfers for the hit endpoint (SGLang's _sync_trailing_keys)."""
