@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, cast
+from typing import Annotated, Any, Literal, Union, cast, get_args
 
 from pydantic import Field, ValidationError, create_model, model_validator
 
@@ -193,6 +193,20 @@ class Scenario(Strict):
         """The replayed trace; `load_scenario` already made it relative to the YAML's folder."""
         return self.workload.trace_path()
 
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Scenario:
+        """Validated against the registries (`scenario_model`) when called on `Scenario`."""
+        if cls is Scenario:
+            return scenario_model().model_validate(obj, **kwargs)
+        return super().model_validate(obj, **kwargs)
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The JSON Schema of scenario files for the registries as they are now."""
+        if cls is Scenario:
+            return scenario_model().model_json_schema(*args, **kwargs)
+        return super().model_json_schema(*args, **kwargs)
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as the resolved document: the validating class is built at run time."""
         return (build_scenario, (scenario_document(self), "<pickled scenario>"))
@@ -251,6 +265,9 @@ def _schema(*versions: int) -> type[Scenario]:
         __base__=PrefetchSpec,
         policy=(_one_of(PREFETCH_POLICIES), _default(PrefetchSpec, "policy")),
     )
+    for name, spec in WORKLOAD_KINDS.items():
+        if get_args(spec.model_fields["kind"].annotation) != (name,):
+            raise ValueError(f"workload kind {name!r}: its spec's `kind` must be Literal[{name!r}]")
     kinds = tuple(WORKLOAD_KINDS.values())
     workload: Any = (
         kinds[0] if len(kinds) == 1 else Annotated[Union[kinds], Field(discriminator="kind")]  # noqa: UP007

@@ -46,7 +46,7 @@ def make_storage(
         store = StoragePool(name, object_bytes, None, 0.0, 0.0, np.random.default_rng(0))
         assert all(store.put(list(keys), 0.0))
         stores[name] = store
-    return Storage(stores, layout(contents, window_pages))
+    return Storage(stores, layout(contents, window_pages), 1e9, 1e9, 0.5)
 
 
 def resident(node: Node, name: str) -> bool:

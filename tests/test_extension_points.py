@@ -8,18 +8,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from sim.engine.simulation import Simulation
 from sim.heal import RULES, DiscardView
 from sim.model.pools import POOL_KINDS, PoolKind, PoolSpec, Residency, register_pool_kind
 from sim.model.prefetch import PREFETCH_POLICIES, PrefetchOp, PrefetchTimeout
-from sim.model.storage import HIT_QUERIES
+from sim.model.storage import HIT_QUERIES, Storage
 from sim.registry import Registry
 from sim.runner import run
-from sim.scenario import ScenarioError, build_scenario, scenario_model
+from sim.scenario import Scenario, ScenarioError, build_scenario, scenario_model
 from sim.spec import Bytes
 from sim.workload import WORKLOAD_KINDS
 from tests.conftest import make_doc, make_scenario
+from tests.model_helpers import make_storage
 
 SMALL_DEVICE: dict[str, Any] = {
     "device.kv_pages": 300,
@@ -231,3 +233,24 @@ def test_one_pool_s_evictions_never_move_another_pool_s() -> None:
     assert none == 0 and evicted > 50
     assert len(quiet) > 20
     assert busy == quiet
+
+
+@pytest.mark.parametrize("name", ["page_size", "pools", "Idx", "two_words", "copy", ""])
+def test_a_pool_kind_name_must_be_usable_as_a_key(name: str) -> None:
+    with pytest.raises(ValueError, match="a name is lower-case"):
+        PoolKind(name, IndexerPoolSpec, Residency.PAGE_VALUES, stream_id=9)
+
+
+def test_scenario_validates_against_the_registries_too() -> None:
+    """`sim.Scenario.model_validate` is the schema of the registries, not the loose base."""
+    scenario = Scenario.model_validate(make_doc())
+    assert scenario == make_scenario() and scenario.model.pools == ("kv", "swa")
+    with pytest.raises(ValidationError):
+        Scenario.model_validate(make_doc(heal="not_registered"))
+    assert Scenario.model_json_schema() == scenario_model().model_json_schema()
+
+
+def test_storage_refuses_stores_that_do_not_match_the_model_s_pools() -> None:
+    storage = make_storage({"kv": [], "swa": []})
+    with pytest.raises(ValueError, match="do not match"):
+        Storage({"kv": storage.kv}, storage.layout, 1e9, 1e9, 0.5)

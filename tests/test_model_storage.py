@@ -45,7 +45,7 @@ def make_storage(contents: Mapping[str, Iterable[int]], window_pages: int = 2) -
         store = make_pool(name)
         assert all(store.put(list(keys), 0.0))
         stores[name] = store
-    return Storage(stores, layout(contents, window_pages))
+    return Storage(stores, layout(contents, window_pages), 1e9, 1e9, 0.5)
 
 
 def stored(pool: StoragePool, universe: Iterable[int]) -> set[int]:

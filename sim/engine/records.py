@@ -234,6 +234,7 @@ class Records:
     def __init__(self, pools: Sequence[Pool]) -> None:
         aux = [pool for pool in pools if pool.name != KV]
         self.aux = [pool.name for pool in aux]
+        self.pools = [pool.name for pool in pools]
         self.requests = Table(RequestRecord)
         self.prefetches = Table(
             PrefetchRecord,
@@ -271,6 +272,18 @@ class Records:
             oks = (aux_ok or {}).get(name, ())
             cells += [len((aux_keys or {}).get(name, ())), len(oks) - sum(oks)]
         self.writes.append((*row, *cells))
+
+    def add_sample(
+        self, sample: Sample, device_units: Mapping[str, int], stored_bytes: Mapping[str, int]
+    ) -> None:
+        """A time-series row with each aux pool's device units and each pool's stored bytes."""
+        self.timeseries.append(
+            (
+                *sample,
+                *(device_units[name] for name in self.aux),
+                *(stored_bytes[name] for name in self.pools),
+            )
+        )
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every table as a DataFrame (requests in id order), leaving the records empty."""

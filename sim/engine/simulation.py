@@ -342,12 +342,10 @@ class Simulation:
                 host_pages=self.host.used_pages,
                 device_kv_pages=tree.kv.used,
             )
-            self.records.timeseries.append(
-                (
-                    *sample,
-                    *(tree.used(p.name) for p in aux),
-                    *(store.stored_bytes for store in stores.values()),
-                )
+            self.records.add_sample(
+                sample,
+                {pool.name: tree.used(pool.name) for pool in aux},
+                {name: store.stored_bytes for name, store in stores.items()},
             )
             if self.on_progress is not None:
                 self.on_progress(self.env.now)

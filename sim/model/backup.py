@@ -186,7 +186,7 @@ class WritePath:
             return None
         aux_keys = aux_backup_keys(node, pages, self.storage.aux)
         pools = self.storage.pools
-        nbytes = len(pages) * pools["kv"].object_bytes + sum(
+        nbytes = len(pages) * self.storage.kv.object_bytes + sum(
             len(keys) * pools[name].object_bytes for name, keys in aux_keys.items()
         )
         return StagedWrite(intent, aux_keys, nbytes)
@@ -195,7 +195,7 @@ class WritePath:
         """Store the objects; the KV keys become beliefs whether or not each put succeeded."""
         pages = staged.intent.pages
         pools = self.storage.pools
-        kv_ok = pools["kv"].put(pages, now_s)
+        kv_ok = self.storage.kv.put(pages, now_s)
         aux_ok = {name: pools[name].put(keys, now_s) for name, keys in staged.aux_keys.items()}
         self.existence.add(pages)
         self._release(staged.intent)

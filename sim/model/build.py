@@ -1,8 +1,9 @@
 """Model assembly: a scenario becomes one server's plain model objects, units converted once.
 
-Every size in the scenario is turned into pages, objects, bytes per second or seconds here, so
-the engine's processes never read the scenario: they ask `Timing` and `Storage` how long
-something takes and the model objects what happens.
+Sizes, bandwidths and latencies are turned into pages, objects, bytes per second and seconds
+here, so the engine's processes read nothing of the scenario but its horizon, warm-up and
+workload: they ask `Timing` and `Storage` how long something takes and the model objects what
+happens.
 """
 
 from __future__ import annotations
@@ -17,17 +18,13 @@ from sim.model.backup import WritePath
 from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
-from sim.model.pools import KV, POOL_KINDS, Pool
+from sim.model.pools import EVICTION_STREAM, KV, POOL_KINDS, WORKLOAD_STREAM, Pool
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout
 from sim.model.radix import RadixTree
 from sim.model.storage import GB, Storage, StoragePool
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
-
-WORKLOAD_STREAM = 0
-EVICTION_STREAM = 4
-"""Stream indices besides the pools' own fault streams (`PoolKind.stream_id`)."""
 
 
 def stream(seed: int, *spawn_key: int) -> np.random.Generator:
@@ -116,8 +113,8 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
     storage = Storage(
         stores,
         pools,
-        read_gbps=scenario.storage.read_gbps,
-        write_gbps=scenario.storage.write_gbps,
+        read_bps=scenario.storage.read_gbps * GB,
+        write_bps=scenario.storage.write_gbps * GB,
         exists_latency_ms=scenario.storage.exists_latency_ms,
     )
     existence = ExistenceCache(scenario.existence_cache.entries, enabled=buffer_only)

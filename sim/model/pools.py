@@ -13,6 +13,7 @@ a kind with no bound, like KV, needs every page).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -104,14 +105,26 @@ class PoolKind:
     stream_id: int
     """Random streams: faults use (stream_id,), backend evictions (EVICTION_STREAM, stream_id)."""
 
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9]*", self.name) or self.name in _TAKEN_NAMES:
+            raise ValueError(
+                f"pool kind {self.name!r}: a name is lower-case letters and digits, and not "
+                f"one of {sorted(_TAKEN_NAMES)}"
+            )
+
     @property
     def device_key(self) -> str:
         """The `device:` key that sizes this pool on the device."""
         return f"{self.name}_{self.residency.unit}"
 
 
-RESERVED_STREAMS = frozenset({0, 4})
-"""Stream indices that are not pool fault streams: the workload (0) and evictions (4, ...)."""
+WORKLOAD_STREAM = 0
+EVICTION_STREAM = 4
+RESERVED_STREAMS = frozenset({WORKLOAD_STREAM, EVICTION_STREAM})
+"""Stream indices that are not pool fault streams: the workload, and evictions (4, pool)."""
+
+_TAKEN_NAMES = frozenset({"page_size", "pools", "copy", "json", "dict", "schema"})
+"""Names a pool cannot have: `model:` fields and methods a spec model already has."""
 
 POOL_KINDS: Registry[PoolKind] = Registry("pool kind")
 

@@ -16,7 +16,7 @@ from sim.model.backup import WritePath
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
 from sim.model.pools import Pool
-from sim.model.storage import STORAGE_BATCH_PAGES, Storage
+from sim.model.storage import HIT_QUERIES, STORAGE_BATCH_PAGES, Storage
 from sim.registry import Registry
 
 
@@ -153,7 +153,7 @@ class Prefetcher:
         self.loops = loops
         self.heal = heal
         """The heal rule, bound to this server: which beliefs a discarded op drops."""
-        self.hit_query = hit_query
+        self.hit_query = HIT_QUERIES[hit_query]
         self.policy = PREFETCH_POLICIES[policy]
         self.timeout = timeout
         self.threshold_pages = threshold_pages
@@ -174,7 +174,7 @@ class Prefetcher:
         The beliefs past the reported hit are dropped here (the hit-query heal; a no-op where
         the existence cache is not used).
         """
-        hit = self.storage.hit_query(self.hit_query, op.span)
+        hit = self.hit_query(self.storage, op.span)
         dropped = self.write_path.forget_beyond(op.span, hit)
         self.hit_query_dropped_beliefs += len(dropped)
         if hit < self.threshold_pages:

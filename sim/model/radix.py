@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sim.model.device import Resource
 from sim.model.node import Node
-from sim.model.pools import Residency
+from sim.model.pools import KV, Residency
 
 __all__ = ["Match", "Node", "RadixTree"]
 
@@ -56,7 +56,7 @@ class RadixTree:
         self.root.lock_ref = 1
         self.nodes = 0
         self.device_evicted_pages = 0
-        self.kv = Resource("kv", kv_pages, _kv_evictable, self._evict_device)
+        self.kv = Resource(KV, kv_pages, _kv_evictable, self._evict_device)
         self.aux = {
             name: Resource(name, capacity, _aux_evictable(name), self._tombstoner(name))
             for name, (_, capacity) in aux.items()
@@ -65,7 +65,8 @@ class RadixTree:
         self.page_values = tuple(n for n, r in self.residency.items() if r is Residency.PAGE_VALUES)
         self.end_states = tuple(n for n, r in self.residency.items() if r is Residency.END_STATE)
         self.tombstoned = dict.fromkeys(aux, 0)
-        """Units of each aux pool dropped under pressure while the node's KV stayed."""
+        """Units of each aux pool freed under that pool's own pressure while the node's KV
+        stayed (SWA: tombstoned pages; Mamba: evicted states)."""
         self.host = (
             None
             if host_cache_pages is None
@@ -81,7 +82,7 @@ class RadixTree:
 
     def used(self, pool: str) -> int:
         """Device units in use for a pool: KV pages, aux pages or slots."""
-        return self.kv.used if pool == "kv" else self.aux[pool].used
+        return self.kv.used if pool == KV else self.aux[pool].used
 
     # ---------------------------------------------------------------- matching
 
@@ -207,7 +208,11 @@ class RadixTree:
                 resource.used += size
 
     def _split(self, node: Node, at: int) -> Node:
-        """Cut `node` after `at` pages; returns the new upper node (no end states at the cut)."""
+        """Cut `node` after `at` pages; returns the new upper node (no end states at the cut).
+
+        The lower half stays the original node object, so a node's end — where its end states
+        and its backup's aux tail sit — never moves; the write path relies on that.
+        """
         parent = node.parent
         assert parent is not None
         upper = Node(next(self._ids), node.pages[:at], parent, node.start)

@@ -177,15 +177,15 @@ class Storage:
     pools: dict[str, StoragePool]
     layout: Mapping[str, Pool]
     """The model's pools by name: how many tail keys each needs at an endpoint."""
-    read_gbps: float = 10.0
-    write_gbps: float = 5.0
-    exists_latency_ms: float = 0.5
+    read_bps: float
+    write_bps: float
+    exists_latency_ms: float
     aux: tuple[Pool, ...] = field(init=False)
 
     def __post_init__(self) -> None:
+        if list(self.pools) != list(self.layout) or KV not in self.pools:
+            raise ValueError(f"stores {list(self.pools)} do not match pools {list(self.layout)}")
         self.aux = tuple(pool for name, pool in self.layout.items() if name != KV)
-        self.read_bps = self.read_gbps * GB
-        self.write_bps = self.write_gbps * GB
 
     @property
     def kv(self) -> StoragePool:
@@ -194,7 +194,7 @@ class Storage:
     def tail_present(self, pool: Pool, span: Sequence[int], end: int) -> bool:
         """Does `pool` hold the tail keys needed to resume at `end` (span-relative)?"""
         store = self.pools[pool.name]
-        return all(key in store for key in span[end - pool.tail_len(end) : end])
+        return all(key in store for key in pool.tail_keys(span, end))
 
     def legal_endpoint_at_or_below(self, span: Sequence[int], end: int) -> int:
         """Greatest E <= end at which every aux pool has its tail keys (0 if none)."""
