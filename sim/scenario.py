@@ -103,8 +103,8 @@ class StoragePoolSpec(Strict):
 
 
 class StorageSpec(Strict):
-    hit_query: str = "kv_only"
-    """One of `sim.model.storage.HIT_QUERIES`."""
+    hit_query: str = "min_of_pools"
+    """One of `sim.model.storage.HIT_QUERIES`; the default is what SGLang's hybrid backends do."""
     read_gbps: PositiveFloat = 10.0
     write_gbps: PositiveFloat = 5.0
     exists_latency_ms: NonNegFloat = 0.5

@@ -132,3 +132,32 @@ def test_demo_heal_closes_loops_and_none_does_not() -> None:
     assert none["heal_rate"] <= 0.3 and keep["heal_rate"] >= 0.8
     assert keep["prefetch_discarded"] * 2 <= none["prefetch_discarded"]
     assert none["rewrite_pages"] == 0 < keep["rewrite_pages"]
+
+
+@pytest.mark.parametrize("aux", ["swa", "mamba"])
+def test_with_one_aux_pool_min_of_pools_and_intersect_give_identical_runs(aux: str) -> None:
+    """With one tail-keyed pool SGLang's fold is the intersection: every table is the same."""
+    layout: dict[str, object] = {
+        "device.kv_pages": 300,
+        "device.swa_pages": 300,
+        "host.pages": 800,
+        "storage.pools.swa.put_fail_prob": 0.2,
+    }
+    if aux == "mamba":
+        layout = {
+            "model.swa": None,
+            "device.swa_pages": None,
+            "model.mamba": {"state_bytes": 1 << 20},
+            "device.kv_pages": 300,
+            "device.mamba_slots": 16,
+            "host.pages": 800,
+            "storage.pools": {"kv": {}, "mamba": {"put_fail_prob": 0.2}},
+        }
+    runs = {
+        query: run(make_scenario(**layout, **{"storage.hit_query": query}))
+        for query in ("min_of_pools", "intersect")
+    }
+    a, b = runs["min_of_pools"], runs["intersect"]
+    assert a.summary["prefetch_issued"] > 20
+    for name, table in a.tables.items():
+        pd.testing.assert_frame_equal(table, b.tables[name], obj=name)

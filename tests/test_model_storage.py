@@ -276,12 +276,25 @@ def test_hit_query_kv_only_ignores_aux() -> None:
 
 
 def test_hit_query_swa_only() -> None:
-    """SWA (window 2) holds the tails of E=4 (3, 4) and E=10 (9, 10); KV holds 8 pages."""
+    """SWA (window 2) holds the tails of E=4 (3, 4) and E=10 (9, 10); KV holds 8 pages. The
+    endpoint at 10 lies beyond the KV hit, so both aux-aware queries answer 4."""
     storage = make_storage({"kv": SPAN[:8], "swa": [3, 4, 9, 10]})
     assert storage.hit_query("kv_only", SPAN) == 8
     assert storage.hit_query("intersect", SPAN) == 4
-    assert storage.hit_query("min_of_pools", SPAN) == 8
+    assert storage.hit_query("min_of_pools", SPAN) == 4
     assert not storage.tail_present(storage.layout["swa"], SPAN, 8)
+
+
+def test_min_of_pools_on_sglang_issue_39147() -> None:
+    """SWA legal only at 3, Mamba only at 2: min_of_pools reports 2, where SWA has no window;
+    intersect finds no endpoint legal for both."""
+    span = SPAN[:5]
+    storage = make_storage({"kv": span, "swa": [2, 3], "mamba": [2]})
+    swa, mamba = storage.layout["swa"], storage.layout["mamba"]
+    assert [e for e in range(1, 6) if storage.tail_present(swa, span, e)] == [3]
+    assert [e for e in range(1, 6) if storage.tail_present(mamba, span, e)] == [2]
+    assert storage.hit_query("min_of_pools", span) == 2
+    assert storage.hit_query("intersect", span) == 0
 
 
 def test_hit_query_short_endpoint_needs_short_tail() -> None:
@@ -342,12 +355,14 @@ def test_hit_queries_against_brute_force(case: tuple[dict[str, list[int]], int])
 
     aux = [p for p in contents if p != "kv"]
     best = max((e for e in range(1, kv_hit + 1) if all(legal(p, e) for p in aux)), default=0)
-    own = [max((e for e in range(1, len(SPAN) + 1) if legal(p, e)), default=0) for p in aux]
+    own = [max((e for e in range(1, kv_hit + 1) if legal(p, e)), default=0) for p in aux]
 
     assert storage.hit_query("kv_only", SPAN) == kv_hit
     assert storage.hit_query("intersect", SPAN) == best
     assert storage.hit_query("min_of_pools", SPAN) == min([kv_hit, *own])
     assert best <= storage.hit_query("min_of_pools", SPAN) <= kv_hit
+    if len(aux) == 1:
+        assert storage.hit_query("min_of_pools", SPAN) == best
 
 
 # ---------------------------------------------------------------- aux transfer planning

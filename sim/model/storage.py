@@ -203,6 +203,13 @@ class Storage:
                 return e
         return 0
 
+    def pool_boundary(self, pool: Pool, span: Sequence[int], end: int) -> int:
+        """Greatest E <= end at which this one pool has its tail keys (0 if none)."""
+        for e in range(end, 0, -1):
+            if self.tail_present(pool, span, e):
+                return e
+        return 0
+
     def hit_query(self, kind: str, span: Sequence[int]) -> int:
         """Pages of `span` the backend reports as restorable, by backend behaviour."""
         return HIT_QUERIES[kind](self, span)
@@ -252,10 +259,12 @@ def intersect(storage: Storage, span: Sequence[int]) -> int:
 
 @HIT_QUERIES.register("min_of_pools")
 def min_of_pools(storage: Storage, span: Sequence[int]) -> int:
-    """The KV hit, lowered to each aux pool's own last legal endpoint in the span."""
+    """What SGLang's hybrid backends answer (`batch_exists_v2` of the file, hf3fs and nixl
+    backends): per aux pool the largest legal endpoint at or below the KV hit, then the minimum.
+
+    With one aux pool this is `intersect`. With two tail-keyed pools it can report an endpoint
+    that is legal for neither (SWA legal only at 3, Mamba only at 2 -> 2, where SWA has no
+    window): SGLang issue #39147, and a persistent cause of discards.
+    """
     kv_hit = storage.kv.leading_run(span)
-    own_best = [
-        next((e for e in range(len(span), 0, -1) if storage.tail_present(p, span, e)), 0)
-        for p in storage.aux
-    ]
-    return min([kv_hit, *own_best])
+    return min([kv_hit, *(storage.pool_boundary(p, span, kv_hit) for p in storage.aux)])
