@@ -108,6 +108,9 @@ class StorageSpec(Strict):
     read_gbps: PositiveFloat = 10.0
     write_gbps: PositiveFloat = 5.0
     exists_latency_ms: NonNegFloat = 0.5
+    exists_ttl_s: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
+    """How long an object removed by a backend-side eviction still answers `exists` (the file
+    backend's optional metadata cache: 5 s when enabled)."""
     pools: dict[str, StoragePoolSpec] = Field(default_factory=dict)
 
 

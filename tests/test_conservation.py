@@ -53,6 +53,40 @@ def test_bytes_read_are_what_was_served_and_pages_stay_within_their_bounds() -> 
     assert result.summary["wasted_read_bytes"] == int(discarded["read_bytes"].sum())
 
 
+def test_bytes_written_are_the_new_keys_times_their_object_bytes() -> None:
+    """Write dedup: the backend writes only keys it does not report as stored, so with no faults
+    the bytes crossing the write channel are each pool's inserts times its object size, while
+    the bytes staged (which cross PCIe) count every key of every node written."""
+    scenario = make_scenario(
+        **{
+            "model.mamba": {"state_bytes": 1 << 20},
+            "device.kv_pages": 400,
+            "device.mamba_slots": 8,
+            "host.pages": 800,
+            "heal": "drop_chain",
+            "storage.hit_query": "kv_only",
+            "storage.pools.swa": {"put_outage_s": [0, 30]},
+            "workload.requests": 300,
+        }
+    )
+    result = run(scenario)
+    summary, writes = result.summary, result.tables["writes"]
+    inserted = sum(
+        summary[f"storage_{pool}_put_inserts"] * size
+        for pool, size in (
+            ("kv", 64 * scenario.model.kv.bytes_per_token),
+            ("swa", 64 * scenario.model.swa.bytes_per_token),  # type: ignore[union-attr]
+            ("mamba", 1 << 20),
+        )
+    )
+    failed_swa = int(writes["swa_failed"].sum()) * 64 * scenario.model.swa.bytes_per_token  # type: ignore[union-attr]
+    assert summary["rewrite_pages"] > 0 and summary["storage_kv_put_hits"] > 0
+    assert summary["written_bytes"] == inserted + failed_swa
+    assert summary["written_bytes"] < summary["staged_write_bytes"]
+    assert summary["written_kv_pages"] == summary["storage_kv_put_inserts"]
+    assert 0 < summary["rewrite_bytes"] <= summary["written_bytes"]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     span_pages=st.integers(1, 40),

@@ -161,3 +161,30 @@ def test_with_one_aux_pool_min_of_pools_and_intersect_give_identical_runs(aux: s
     assert a.summary["prefetch_issued"] > 20
     for name, table in a.tables.items():
         pd.testing.assert_frame_equal(table, b.tables[name], obj=name)
+
+
+def test_stale_exists_makes_a_real_fold_report_what_cannot_be_read() -> None:
+    """SGLang's min_of_pools never reports an endpoint whose aux tail is missing, so backend
+    evictions alone cause no discard; a metadata cache that still says "exists" for evicted
+    objects (storage.exists_ttl_s) does, and its positives also make the backend skip the
+    rewrite that would close the hole."""
+    runs = {
+        ttl: run(
+            make_scenario(
+                **{
+                    "device.kv_pages": 300,
+                    "device.swa_pages": 300,
+                    "host.pages": 800,
+                    "storage.hit_query": "min_of_pools",
+                    "storage.pools.swa.evict_rate_per_s": 5.0,
+                    "storage.exists_ttl_s": ttl,
+                    "workload.requests": 300,
+                }
+            )
+        ).summary
+        for ttl in (0.0, 5.0)
+    }
+    assert runs[0.0]["storage_swa_evictions"] > 100
+    assert runs[0.0]["prefetch_discarded"] == 0
+    assert runs[5.0]["prefetch_discarded"] >= 5
+    assert runs[5.0]["prefetch_discarded"] == runs[5.0]["prefetch_issued"]

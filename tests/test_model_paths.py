@@ -27,7 +27,7 @@ def test_offer_stage_acknowledge_stores_the_node_and_believes_its_pages() -> Non
     assert isinstance(intent, BackupIntent) and intent.pages == (1, 2, 3)
     assert path.offer(node, 0.1) is None, "already queued"
     assert 2 in path.inflight
-    staged = path.stage(intent)
+    staged = path.stage(intent, 0.0)
     assert staged is not None and staged.aux_keys == {"swa": (2, 3)}
     assert staged.nbytes == 3 * 1 + 2 * 1
     ack = path.acknowledge(staged, 1.0)
@@ -44,12 +44,12 @@ def test_a_heal_dropped_page_counts_as_rewritten_when_written_again() -> None:
     node, _ = tree.insert([1, 2, 3], 0.0)
     first = path.offer(node, 0.0)
     assert isinstance(first, BackupIntent)
-    path.acknowledge(path.stage(first), 0.5)  # type: ignore[arg-type]
+    path.acknowledge(path.stage(first, 0.0), 0.5)  # type: ignore[arg-type]
     assert path.forget([3, 9]) == [3], "only believed keys are dropped"
     assert path.heal_dropped == {3}
     again = path.offer(node, 1.0)
     assert isinstance(again, BackupIntent)
-    ack = path.acknowledge(path.stage(again), 1.5)  # type: ignore[arg-type]
+    ack = path.acknowledge(path.stage(again, 1.0), 1.5)  # type: ignore[arg-type]
     assert ack.rewrite_pages == 1 and path.heal_dropped == set()
 
 
@@ -62,7 +62,7 @@ def test_a_gated_write_of_a_node_that_left_the_device_is_stale() -> None:
     assert isinstance(intent, BackupIntent)
     assert tree.reserve(3, 0), "evicts the unlocked leaf"
     assert not node.alive
-    assert path.stage(intent) is None
+    assert path.stage(intent, 0.0) is None
     assert len(path.inflight) == 0 and node.nid not in path.inflight_nodes
 
 
@@ -113,19 +113,19 @@ def test_a_short_span_gets_no_prefetch_and_a_low_hit_is_revoked() -> None:
     assert p.plan(1, 0, SPAN[:3], 0.0) is None
     op = p.plan(1, 0, SPAN, 0.0)
     assert op is not None
-    assert p.query(op) == "revoked" and not op.issued
+    assert p.query(op, 0.0) == "revoked" and not op.issued
 
 
 def test_staging_is_declined_when_the_load_share_is_full() -> None:
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}), host_pages=10)
     op = p.plan(1, 0, SPAN, 0.0)
-    assert op is not None and p.query(op) == "declined"
+    assert op is not None and p.query(op, 0.0) == "declined"
 
 
 def test_a_complete_read_succeeds_and_believes_what_it_fetched() -> None:
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}))
     op = p.plan(1, 2, SPAN, 0.0)
-    assert op is not None and p.query(op) is None
+    assert op is not None and p.query(op, 0.0) is None
     assert p.host.prefetch_pages == 10
     read_everything(p, op)
     resolution = p.resolve(op, 1.0)
@@ -137,14 +137,25 @@ def test_a_complete_read_succeeds_and_believes_what_it_fetched() -> None:
 def test_a_missing_swa_tail_discards_the_whole_prefetch_and_heals() -> None:
     """kv_only reports all 10 pages; SWA lacks the tail at 10: discard, keep_pages keeps 8."""
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN[:8]}))
+    p.write_path.believe(SPAN)  # the write acknowledgements of the chain, earlier
     op = p.plan(1, 0, SPAN, 0.0)
-    assert op is not None and p.query(op) is None
+    assert op is not None and p.query(op, 0.0) is None
     read_everything(p, op)
     resolution = p.resolve(op, 1.0)
     assert resolution.outcome == "discarded" and resolution.loaded_end == 0
     assert list(resolution.dropped) == [9, 10]
     assert p.write_path.heal_dropped == {9, 10}
     assert [loop.endpoint_key for loop in p.loops.all_loops()] == [10]
+
+
+def test_a_discarded_prefetch_adds_no_belief() -> None:
+    """Fetched pages become beliefs only when the prefetch is accepted."""
+    p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN[:8]}))
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None and p.query(op, 0.0) is None
+    read_everything(p, op)
+    assert p.resolve(op, 1.0).outcome == "discarded"
+    assert len(p.write_path.existence) == 0
 
 
 @pytest.mark.parametrize(

@@ -456,3 +456,85 @@ def test_hybrid_check_on_a_real_read() -> None:
         transfer.hit_pages = storage.pools[transfer.pool].get(transfer.keys)
     assert [t.hit_pages for t in op.aux] == [0, 1]
     assert not hybrid_check(op)
+
+
+# ---------------------------------------------------------------- write dedup and stale exists
+
+
+def ttl_pool(ttl_s: float, capacity: int | None = None) -> StoragePool:
+    pool = make_pool(capacity=capacity)
+    pool.exists_ttl_s = ttl_s
+    return pool
+
+
+def test_a_put_of_a_stored_key_is_skipped_and_succeeds_even_when_a_write_would_fail() -> None:
+    pool = make_pool(put_fail=1.0)
+    pool.put_fail_prob = 0.0
+    pool.put([1, 2], 0.0)
+    pool.put_fail_prob = 1.0
+    assert pool.to_write([1, 2, 3], 1.0) == 1
+    assert pool.put([1, 2, 3], 1.0) == [True, True, False]
+    assert stored(pool, range(5)) == {1, 2} and pool.put_hits == 2 and pool.put_inserts == 2
+
+
+def test_an_outage_fails_only_the_keys_that_would_be_written() -> None:
+    pool = make_pool(outage=(5.0, 10.0))
+    pool.put([1], 0.0)
+    assert pool.put([1, 2], 6.0) == [True, False]
+    assert stored(pool, range(5)) == {1}
+
+
+def test_a_randomly_evicted_object_still_exists_for_the_ttl() -> None:
+    pool = ttl_pool(5.0)
+    pool.put([7], 0.0)
+    assert pool.evict_random(np.random.default_rng(0), now_s=10.0) == 7
+    assert 7 not in pool
+    assert pool.exists(7, 12.0) and pool.leading_run([7, 8], 12.0) == 1
+    assert not pool.exists(7, 15.0) and pool.leading_run([7], 15.0) == 0
+    assert pool.put([7], 12.0) == [True] and 7 not in pool, "the backend skips the rewrite"
+    assert pool.to_write([7], 12.0) == 0 and pool.to_write([7], 15.0) == 1
+
+
+def test_a_failed_read_clears_the_stale_positive() -> None:
+    pool = ttl_pool(5.0)
+    pool.put([7], 0.0)
+    pool.evict_random(np.random.default_rng(0), now_s=10.0)
+    assert pool.get([7], 11.0) == 0
+    assert not pool.exists(7, 11.0)
+    assert pool.put([7], 11.0) == [True] and 7 in pool
+
+
+def test_capacity_evictions_leave_no_stale_positive() -> None:
+    """The backend's own evictor updates its metadata; only removals by others go stale."""
+    pool = ttl_pool(5.0, capacity=1)
+    pool.put([1], 0.0)
+    pool.put([2], 1.0)
+    assert 1 not in pool and not pool.exists(1, 1.5)
+
+
+def test_without_a_ttl_exists_is_membership() -> None:
+    pool = ttl_pool(0.0)
+    pool.put([7], 0.0)
+    pool.evict_random(np.random.default_rng(0), now_s=10.0)
+    assert not pool.exists(7, 10.0)
+
+
+def test_stale_positives_make_the_hit_query_report_what_cannot_be_read() -> None:
+    storage = make_storage({"kv": SPAN, "swa": SPAN})
+    swa = storage.pools["swa"]
+    swa.exists_ttl_s = 5.0
+    while 10 in swa:
+        swa.evict_random(np.random.default_rng(len(swa)), now_s=1.0)
+    assert storage.hit_query("min_of_pools", SPAN, 2.0) == 10
+    assert storage.hit_query("min_of_pools", SPAN, 7.0) < 10
+
+
+def test_a_buffer_mode_span_shorter_than_the_window_asks_for_its_own_pages() -> None:
+    """SGLang's SWAComponent.prepare_prefetch: buffer_only mode asks for the span's P pages (the
+    device prefix holds the rest of the window); cache mode asks for none."""
+    aux = list(layout(["swa", "mamba"], 3).values())
+    op = op_of([41, 42], 2, start=5)
+    swa, mamba = plan_aux_transfers(aux, op, short_tail=True)
+    assert swa.keys == (41, 42) and mamba.keys == (42,)
+    (swa,) = plan_aux_transfers(aux[:1], op)
+    assert swa.keys is None

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, get_type_hints
 import numpy as np
 import pandas as pd
 
-from sim.model.backup import Acknowledgement
+from sim.model.backup import Acknowledgement, StagedWrite
 from sim.model.pools import KV, Pool
 from sim.model.prefetch import AuxTransfer, PrefetchOp
 
@@ -90,17 +90,31 @@ class WriteRecord(NamedTuple):
     kv_failed: int
     rewrite_pages: int
     bytes: int
+    """Bytes staged for the write (all pools); they cross PCIe."""
+    written_bytes: int
+    """Bytes storage really wrote: keys it did not already report as stored."""
+    kv_written: int
 
     @classmethod
     def skipped(cls, t_s: float, node_id: int, pages: int, verdict: str) -> WriteRecord:
-        return cls(t_s, node_id, pages, verdict, 0, 0, 0)
+        return cls(t_s, node_id, pages, verdict, 0, 0, 0, 0, 0)
 
     @classmethod
     def written(
-        cls, t_s: float, node_id: int, pages: int, nbytes: int, ack: Acknowledgement
+        cls, t_s: float, node_id: int, pages: int, staged: StagedWrite, ack: Acknowledgement
     ) -> WriteRecord:
         kv_failed = len(ack.kv_ok) - sum(ack.kv_ok)
-        return cls(t_s, node_id, pages, "write", kv_failed, ack.rewrite_pages, nbytes)
+        return cls(
+            t_s,
+            node_id,
+            pages,
+            "write",
+            kv_failed,
+            ack.rewrite_pages,
+            staged.nbytes,
+            staged.write_bytes,
+            staged.kv_to_write,
+        )
 
 
 class Sample(NamedTuple):

@@ -144,7 +144,7 @@ class Simulation:
     def prefetching(self, job: Job, op: PrefetchOp) -> Generator[simpy.Event, Any, None]:
         env, prefetcher = self.env, self.prefetcher
         yield env.timeout(self.storage.exists_s(len(op.span)))
-        outcome = "cancelled" if op.terminated else prefetcher.query(op)
+        outcome = "cancelled" if op.terminated else prefetcher.query(op, env.now)
         if outcome is not None:
             op.done = True
             job.prefetch_outcome = outcome
@@ -298,7 +298,7 @@ class Simulation:
         env, host = self.env, self.host
         while True:
             intent: BackupIntent = yield self.backlog.get()
-            staged = self.write_path.stage(intent)
+            staged = self.write_path.stage(intent, env.now)
             node_id, pages = intent.node.nid, len(intent.pages)
             if staged is None:
                 self.records.add_write(WriteRecord.skipped(env.now, node_id, pages, "stale"))
@@ -310,13 +310,13 @@ class Simulation:
                     self._host_freed = env.event()
                     yield self._host_freed
                 yield env.timeout(self.model.timing.pcie_s(staged.nbytes))
-            yield from self._transfer(self.write_channel, self.storage.write_s(staged.nbytes))
+            yield from self._transfer(self.write_channel, self.storage.write_s(staged.write_bytes))
             ack = self.write_path.acknowledge(staged, env.now)
             if staging_pages:
                 host.free_backup(staging_pages)
                 self._poke_host_freed()
             self.records.add_write(
-                WriteRecord.written(env.now, node_id, pages, staged.nbytes, ack),
+                WriteRecord.written(env.now, node_id, pages, staged, ack),
                 staged.aux_keys,
                 ack.aux_ok,
             )
@@ -327,7 +327,7 @@ class Simulation:
         rng = eviction.rng
         while True:
             yield self.env.timeout(float(rng.exponential(1.0 / eviction.rate_per_s)))
-            eviction.pool.evict_random(rng)
+            eviction.pool.evict_random(rng, self.env.now)
 
     def sampling(self) -> Generator[simpy.Event, Any, None]:
         tree, existence, stores = self.tree, self.model.existence, self.storage.pools

@@ -33,11 +33,15 @@ class BackupIntent:
 
 @dataclass
 class StagedWrite:
-    """A backup picked up by the writer: the aux keys still on the device, and its size."""
+    """A backup picked up by the writer: the aux keys still on the device, the bytes staged
+    (they cross PCIe) and the bytes storage will really write (keys it does not report as
+    stored; the backend skips the others)."""
 
     intent: BackupIntent
     aux_keys: dict[str, tuple[int, ...]]
     nbytes: int
+    write_bytes: int
+    kv_to_write: int
 
 
 @dataclass
@@ -178,18 +182,23 @@ class WritePath:
         self.inflight_nodes.add(node.nid)
         return BackupIntent(node, pages, now_s)
 
-    def stage(self, intent: BackupIntent) -> StagedWrite | None:
+    def stage(self, intent: BackupIntent, now_s: float) -> StagedWrite | None:
         """Pick up a queued write: None (and released) when a gated node left the device."""
         node, pages = intent.node, intent.pages
         if self.gated and not (node.alive and node.on_device):
             self._release(intent)
             return None
         aux_keys = aux_backup_keys(node, pages, self.storage.aux)
-        pools = self.storage.pools
-        nbytes = len(pages) * self.storage.kv.object_bytes + sum(
+        kv, pools = self.storage.kv, self.storage.pools
+        nbytes = len(pages) * kv.object_bytes + sum(
             len(keys) * pools[name].object_bytes for name, keys in aux_keys.items()
         )
-        return StagedWrite(intent, aux_keys, nbytes)
+        kv_to_write = kv.to_write(pages, now_s)
+        write_bytes = kv_to_write * kv.object_bytes + sum(
+            pools[name].to_write(keys, now_s) * pools[name].object_bytes
+            for name, keys in aux_keys.items()
+        )
+        return StagedWrite(intent, aux_keys, nbytes, write_bytes, kv_to_write)
 
     def acknowledge(self, staged: StagedWrite, now_s: float) -> Acknowledgement:
         """Store the objects; the KV keys become beliefs whether or not each put succeeded."""

@@ -183,4 +183,5 @@ def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
         spec.put_fail_prob,
         stream(scenario.seed, pool.kind.stream_id),
         spec.put_outage_s,
+        exists_ttl_s=scenario.storage.exists_ttl_s,
     )

@@ -64,11 +64,20 @@ class PrefetchOp:
         return self.span[: self.hit_pages]
 
 
-def plan_aux_transfers(aux: Sequence[Pool], op: PrefetchOp) -> list[AuxTransfer]:
-    """Tail-key transfers for the hit endpoint (SGLang's _sync_trailing_keys)."""
+def plan_aux_transfers(
+    aux: Sequence[Pool], op: PrefetchOp, *, short_tail: bool = False
+) -> list[AuxTransfer]:
+    """Tail-key transfers for the hit endpoint (SGLang's _sync_trailing_keys).
+
+    `short_tail` (buffer_only mode): a span that starts mid-tree and is shorter than a pool's
+    tail asks for the span's own pages, the device prefix holding the rest of the window
+    (SGLang's SWAComponent.prepare_prefetch); otherwise such a span gets no transfer.
+    """
     hit_span = op.hit_span
     return [
-        AuxTransfer(pool.name, pool.transfer_keys(hit_span, len(op.span), op.start_page))
+        AuxTransfer(
+            pool.name, pool.transfer_keys(hit_span, len(op.span), op.start_page, short_tail)
+        )
         for pool in aux
     ]
 
@@ -168,13 +177,13 @@ class Prefetcher:
             return None
         return PrefetchOp(rid, start_page, tuple(span), now_s)
 
-    def query(self, op: PrefetchOp) -> str | None:
+    def query(self, op: PrefetchOp, now_s: float) -> str | None:
         """Ask storage for the hit and stage it; an outcome ('revoked', 'declined') ends the op.
 
         The beliefs past the reported hit are dropped here (the hit-query heal; a no-op where
         the existence cache is not used).
         """
-        hit = self.hit_query(self.storage, op.span)
+        hit = self.hit_query(self.storage, op.span, now_s)
         dropped = self.write_path.forget_beyond(op.span, hit)
         self.hit_query_dropped_beliefs += len(dropped)
         if hit < self.threshold_pages:
@@ -182,7 +191,7 @@ class Prefetcher:
         if not self.host.alloc_prefetch(hit):
             return "declined"
         op.hit_pages = hit
-        op.aux = plan_aux_transfers(self.storage.aux, op)
+        op.aux = plan_aux_transfers(self.storage.aux, op, short_tail=self.write_path.gated)
         return None
 
     def kv_batches(self, op: PrefetchOp) -> Iterator[tuple[int, ...]]:
@@ -217,16 +226,16 @@ class Prefetcher:
     def resolve(self, op: PrefetchOp, now_s: float) -> Resolution:
         """Settle an issued prefetch when its request is admitted.
 
-        Beliefs are added for the fetched pages, staging is freed, then the hybrid check either
-        loads the span or discards it all and lets the heal rule drop beliefs. A model with no
-        aux pool loads whatever KV delivered.
+        Staging is freed, then the hybrid check either loads the span, whose pages become
+        beliefs (SGLang's stage_completed_prefetch), or discards it all, adds no belief, and
+        lets the heal rule drop beliefs. A model with no aux pool loads whatever KV delivered.
         """
         op.terminated = op.terminated or not op.done
         span = op.hit_span
-        self.write_path.believe(span[: op.completed_pages])
         self.host.free_prefetch(op.hit_pages)
         if hybrid_check(op) or (not op.aux and op.completed_pages > 0):
             loaded = op.completed_pages
+            self.write_path.believe(span[:loaded])
             self.loops.on_success(span[loaded - 1], now_s)
             return Resolution("success", op.start_page + loaded)
         dropped = self.write_path.forget(self.heal(op))

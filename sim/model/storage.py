@@ -9,6 +9,7 @@ registered in `HIT_QUERIES`, which is also the list the scenario key `storage.hi
 from __future__ import annotations
 
 import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Callable, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,8 +51,13 @@ class StoragePool:
     evictions: int = 0
     access_log: list[tuple[float, str, int, bool]] | None = None
     """When a list: every access that touches the LRU, as (time_s, op, key, hit)."""
+    exists_ttl_s: float = 0.0
+    """How long an object removed by a backend-side eviction still answers `exists`."""
 
     def __post_init__(self) -> None:
+        self._stale: dict[int, float] = {}
+        """Keys removed by backend-side evictions -> until when `exists` still says yes."""
+        self._prune_at = 1024
         self._lru: OrderedDict[int, None] | None = (
             None if self.capacity_objects is None else OrderedDict()
         )
@@ -71,19 +77,33 @@ class StoragePool:
     def stored_bytes(self) -> int:
         return len(self._objects) * self.object_bytes
 
-    def leading_run(self, keys: Sequence[int]) -> int:
-        """`exists`: how many leading keys are stored (no recency change, as a metadata query)."""
+    def exists(self, key: int, now_s: float) -> bool:
+        """What the backend's `exists` answers: stored, or removed by a backend-side eviction
+        less than `exists_ttl_s` ago and not read since (a stale metadata-cache positive)."""
+        if key in self._objects:
+            return True
+        stale = self._stale
+        return bool(stale) and stale.get(key, -math.inf) > now_s
+
+    def leading_run(self, keys: Sequence[int], now_s: float = 0.0) -> int:
+        """`exists` over a chain: how many leading keys the backend reports (no recency change,
+        as a metadata query)."""
         objects = self._objects
         for i, key in enumerate(keys):
-            if key not in objects:
+            if key not in objects and not self.exists(key, now_s):
                 return i
         return len(keys)
+
+    def to_write(self, keys: Sequence[int], now_s: float) -> int:
+        """How many of these keys a put would really write (the others the backend skips)."""
+        return sum(1 for key in keys if not self.exists(key, now_s))
 
     def get(self, keys: Sequence[int], now_s: float = 0.0) -> int:
         """Read keys in order; returns the leading run that was served (missing or failed stops).
 
         A read of a stored object refreshes it even when the get then fails; a read of a missing
-        object changes nothing (a storage backend does not insert on a missed read).
+        object changes nothing (a storage backend does not insert on a missed read) but clears a
+        stale positive for it (a failed read drops the backend's metadata entry).
         """
         objects, lru = self._objects, self._lru
         fails = self._draws(len(keys), self.get_fail_prob)
@@ -91,6 +111,7 @@ class StoragePool:
         for i, key in enumerate(keys):
             if key not in objects:
                 self.get_misses += 1
+                self._stale.pop(key, None)
                 return i
             if lru is not None:
                 lru.move_to_end(key)
@@ -102,38 +123,51 @@ class StoragePool:
         return len(keys)
 
     def put(self, keys: Sequence[int], now_s: float) -> list[bool]:
-        """Write keys; each may fail independently (then nothing is stored for it)."""
+        """Write keys; returns whether each put succeeded.
+
+        A key the backend reports as existing is skipped and succeeds (SGLang's backends check
+        before they write: HiCacheFile.set logs "already exists. Skipped.", Mooncake asks
+        `batch_is_exist`); a stored one is refreshed, a stale positive stays missing. Every other
+        key may fail independently, and then nothing is stored for it. One failure draw is taken
+        per key offered, used or not, so which keys exist never moves later draws.
+        """
+        n = len(keys)
         window = self.put_outage_s
-        if window is not None and window[0] <= now_s < window[1]:
-            return [False] * len(keys)
-        fails = self._draws(len(keys), self.put_fail_prob)
-        if fails is None:
-            ok, stored = [True] * len(keys), keys
-        else:
-            ok = (~fails).tolist()
-            stored = [key for key, good in zip(keys, ok, strict=True) if good]
-        log = self.access_log
-        if self._lru is None and log is None:
-            objects = self._objects
-            before = len(objects)
-            for key in stored:
-                if key not in objects:
-                    objects[key] = None
-            inserted = len(objects) - before
-            self.put_inserts += inserted
-            self.put_hits += len(stored) - inserted
-            return ok
-        for key in stored:
-            hit = self._insert(key)
-            if log is not None:
-                log.append((now_s, "put", key, hit))
+        outage = window is not None and window[0] <= now_s < window[1]
+        fails = None if outage else self._draws(n, self.put_fail_prob)
+        objects, stale, log = self._objects, self._stale, self.access_log
+        fast = self._lru is None and log is None
+        ok = [True] * n
+        for i, key in enumerate(keys):
+            if key in objects:
+                if fast:
+                    self.put_hits += 1
+                else:
+                    self._insert(key)
+                    if log is not None:
+                        log.append((now_s, "put", key, True))
+                continue
+            if stale and stale.get(key, -math.inf) > now_s:
+                continue
+            if outage or (fails is not None and fails[i]):
+                ok[i] = False
+                continue
+            if fast:
+                objects[key] = None
+                self.put_inserts += 1
+            else:
+                self._insert(key)
+                if log is not None:
+                    log.append((now_s, "put", key, False))
         return ok
 
-    def evict_random(self, rng: np.random.Generator) -> int | None:
+    def evict_random(self, rng: np.random.Generator, now_s: float = 0.0) -> int | None:
         """Drop one uniformly chosen object (backend-side eviction, e.g. TTL or rebalancing).
 
         It takes exactly one draw whatever the pool holds, so the times of later evictions,
-        drawn from the same stream, never depend on the pool's contents.
+        drawn from the same stream, never depend on the pool's contents. With `exists_ttl_s`
+        the object still answers `exists` for that long (the file backend's metadata cache does
+        not see removals by others).
         """
         u = float(rng.random())
         objects = self._objects
@@ -143,7 +177,17 @@ class StoragePool:
         key = next(itertools.islice(objects, index, None))
         del objects[key]
         self.evictions += 1
+        if self.exists_ttl_s > 0:
+            self._remember_removed(key, now_s)
         return key
+
+    def _remember_removed(self, key: int, now_s: float) -> None:
+        stale = self._stale
+        stale[key] = now_s + self.exists_ttl_s
+        if len(stale) >= self._prune_at:
+            for old in [k for k, until in stale.items() if until <= now_s]:
+                del stale[old]
+            self._prune_at = 2 * len(stale) + 1024
 
     def _insert(self, key: int) -> bool:
         """Store or refresh a key; True when it was already stored (an LRU hit)."""
@@ -191,28 +235,28 @@ class Storage:
     def kv(self) -> StoragePool:
         return self.pools[KV]
 
-    def tail_present(self, pool: Pool, span: Sequence[int], end: int) -> bool:
-        """Does `pool` hold the tail keys needed to resume at `end` (span-relative)?"""
+    def tail_present(self, pool: Pool, span: Sequence[int], end: int, now_s: float = 0.0) -> bool:
+        """Does `pool` report the tail keys needed to resume at `end` (span-relative)?"""
         store = self.pools[pool.name]
-        return all(key in store for key in pool.tail_keys(span, end))
+        return all(store.exists(key, now_s) for key in pool.tail_keys(span, end))
 
-    def legal_endpoint_at_or_below(self, span: Sequence[int], end: int) -> int:
-        """Greatest E <= end at which every aux pool has its tail keys (0 if none)."""
+    def legal_endpoint_at_or_below(self, span: Sequence[int], end: int, now_s: float = 0.0) -> int:
+        """Greatest E <= end at which every aux pool reports its tail keys (0 if none)."""
         for e in range(end, 0, -1):
-            if all(self.tail_present(p, span, e) for p in self.aux):
+            if all(self.tail_present(p, span, e, now_s) for p in self.aux):
                 return e
         return 0
 
-    def pool_boundary(self, pool: Pool, span: Sequence[int], end: int) -> int:
-        """Greatest E <= end at which this one pool has its tail keys (0 if none)."""
+    def pool_boundary(self, pool: Pool, span: Sequence[int], end: int, now_s: float = 0.0) -> int:
+        """Greatest E <= end at which this one pool reports its tail keys (0 if none)."""
         for e in range(end, 0, -1):
-            if self.tail_present(pool, span, e):
+            if self.tail_present(pool, span, e, now_s):
                 return e
         return 0
 
-    def hit_query(self, kind: str, span: Sequence[int]) -> int:
+    def hit_query(self, kind: str, span: Sequence[int], now_s: float = 0.0) -> int:
         """Pages of `span` the backend reports as restorable, by backend behaviour."""
-        return HIT_QUERIES[kind](self, span)
+        return HIT_QUERIES[kind](self, span, now_s)
 
     # ------------------------------------------------------------------ cost model
 
@@ -240,25 +284,27 @@ class Storage:
         }
 
 
-HitQuery = Callable[[Storage, Sequence[int]], int]
+HitQuery = Callable[[Storage, Sequence[int], float], int]
+"""(storage, span, now_s) -> pages of the span the backend reports as restorable."""
 
 HIT_QUERIES: Registry[HitQuery] = Registry("hit query")
 
 
 @HIT_QUERIES.register("kv_only")
-def kv_only(storage: Storage, span: Sequence[int]) -> int:
+def kv_only(storage: Storage, span: Sequence[int], now_s: float) -> int:
     """Counts KV pages only: a backend whose `exists` is blind to aux objects (a what-if)."""
-    return storage.kv.leading_run(span)
+    return storage.kv.leading_run(span, now_s)
 
 
 @HIT_QUERIES.register("intersect")
-def intersect(storage: Storage, span: Sequence[int]) -> int:
+def intersect(storage: Storage, span: Sequence[int], now_s: float) -> int:
     """The largest endpoint at or below the KV hit that is legal for every aux pool at once."""
-    return storage.legal_endpoint_at_or_below(span, storage.kv.leading_run(span))
+    kv_hit = storage.kv.leading_run(span, now_s)
+    return storage.legal_endpoint_at_or_below(span, kv_hit, now_s)
 
 
 @HIT_QUERIES.register("min_of_pools")
-def min_of_pools(storage: Storage, span: Sequence[int]) -> int:
+def min_of_pools(storage: Storage, span: Sequence[int], now_s: float) -> int:
     """What SGLang's hybrid backends answer (`batch_exists_v2` of the file, hf3fs and nixl
     backends): per aux pool the largest legal endpoint at or below the KV hit, then the minimum.
 
@@ -266,5 +312,5 @@ def min_of_pools(storage: Storage, span: Sequence[int]) -> int:
     that is legal for neither (SWA legal only at 3, Mamba only at 2 -> 2, where SWA has no
     window): SGLang issue #39147, and a persistent cause of discards.
     """
-    kv_hit = storage.kv.leading_run(span)
-    return min([kv_hit, *(storage.pool_boundary(p, span, kv_hit) for p in storage.aux)])
+    kv_hit = storage.kv.leading_run(span, now_s)
+    return min([kv_hit, *(storage.pool_boundary(p, span, kv_hit, now_s) for p in storage.aux)])
