@@ -504,6 +504,19 @@ def test_a_failed_read_clears_the_stale_positive() -> None:
     assert pool.put([7], 11.0) == [True] and 7 in pool
 
 
+def test_a_failed_batch_read_clears_every_missing_key_of_the_batch() -> None:
+    pool = ttl_pool(5.0)
+    pool.put([1, 2, 3], 0.0)
+    rng = np.random.default_rng(0)
+    while len(pool) > 1:
+        pool.evict_random(rng, now_s=1.0)
+    (kept,) = pool.keys()
+    gone = [k for k in (1, 2, 3) if k != kept]
+    assert all(pool.exists(k, 2.0) for k in gone)
+    pool.get([1, 2, 3], 2.0)
+    assert not any(pool.exists(k, 2.0) for k in gone) and pool.exists(kept, 2.0)
+
+
 def test_capacity_evictions_leave_no_stale_positive() -> None:
     """The backend's own evictor updates its metadata; only removals by others go stale."""
     pool = ttl_pool(5.0, capacity=1)

@@ -102,8 +102,9 @@ class StoragePool:
         """Read keys in order; returns the leading run that was served (missing or failed stops).
 
         A read of a stored object refreshes it even when the get then fails; a read of a missing
-        object changes nothing (a storage backend does not insert on a missed read) but clears a
-        stale positive for it (a failed read drops the backend's metadata entry).
+        object changes nothing (a storage backend does not insert on a missed read) but clears
+        the stale positives of the batch's missing keys (a batch read tries every key, and a
+        failed one drops the backend's metadata entry).
         """
         objects, lru = self._objects, self._lru
         fails = self._draws(len(keys), self.get_fail_prob)
@@ -111,7 +112,10 @@ class StoragePool:
         for i, key in enumerate(keys):
             if key not in objects:
                 self.get_misses += 1
-                self._stale.pop(key, None)
+                if self._stale:
+                    for missing in keys[i:]:
+                        if missing not in objects:
+                            self._stale.pop(missing, None)
                 return i
             if lru is not None:
                 lru.move_to_end(key)
