@@ -116,6 +116,10 @@ class StorageSpec(Strict):
 
 class ExistenceCacheSpec(Strict):
     entries: PositiveInt = 524288
+    """LRU bound on beliefs (per pool with `per_pool`): SGLang's current value; 131072 before."""
+    beliefs: Literal["kv", "per_pool"] = "kv"
+    """`kv`: the PR's design, KV beliefs and one FULL check for every pool; `per_pool`: SGLang's
+    newer PoolExistenceBeliefs, one LRU per pool and node writes pool by pool."""
 
 
 class PrefetchSpec(Strict):

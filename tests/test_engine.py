@@ -188,3 +188,14 @@ def test_stale_exists_makes_a_real_fold_report_what_cannot_be_read() -> None:
     assert runs[0.0]["prefetch_discarded"] == 0
     assert runs[5.0]["prefetch_discarded"] >= 5
     assert runs[5.0]["prefetch_discarded"] == runs[5.0]["prefetch_issued"]
+
+
+def test_per_pool_beliefs_heal_the_demo_whatever_the_heal_rule() -> None:
+    """Per-pool beliefs: the short SWA transfer drops the SWA beliefs itself, so the next insert
+    writes the missing SWA tail alone, even under `heal: none`."""
+    scenario = load_scenario(REPO / "scenarios" / "demo.yaml", ["existence_cache.beliefs=per_pool"])
+    none = run(scenario.model_copy(update={"heal": "none"})).summary
+    kv_none = run(load_scenario(REPO / "scenarios" / "demo.yaml", ["heal=none"])).summary
+    assert none["heal_rate"] >= 0.8 and kv_none["heal_rate"] <= 0.3
+    assert none["prefetch_discarded"] * 2 <= kv_none["prefetch_discarded"]
+    assert none["rewrite_pages"] > 0 and none["heal_dropped_beliefs"] > 0

@@ -5,13 +5,17 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.heal import RULES, DiscardView
 from sim.model.backup import BackupIntent, WritePath
 from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
+from sim.model.node import Node
 from sim.model.prefetch import PREFETCH_POLICIES, Prefetcher, PrefetchOp, PrefetchTimeout
+from sim.model.radix import RadixTree
 from sim.model.storage import Storage
 from tests.model_helpers import make_storage, make_tree
 
@@ -172,3 +176,82 @@ def test_policies_say_when_a_prefetch_may_stop(policy: str, expected: float) -> 
 def test_the_timeout_before_the_hit_query_answers_is_the_base() -> None:
     op = PrefetchOp(1, 0, SPAN, 5.0)
     assert PREFETCH_POLICIES["timeout"](op, PrefetchTimeout(1.0, 0.25, 64)) == 6.0
+
+
+# ---------------------------------------------------------------- per-pool beliefs
+
+
+def per_pool_path(
+    kv_believed: set[int], swa_believed: set[int]
+) -> tuple[WritePath, RadixTree, Node]:
+    storage = make_storage({"kv": [], "swa": []}, window_pages=2)
+    tree = make_tree(kv=100, swa=100)
+    path = WritePath(
+        ExistenceCache(1000),
+        storage,
+        tree.root,
+        gated=True,
+        aux_beliefs={"swa": ExistenceCache(1000)},
+    )
+    path.existence.add(sorted(kv_believed))
+    path.aux_beliefs["swa"].add(sorted(swa_believed))
+    node, _ = tree.insert([1, 2, 3, 4], 0.0)
+    return path, tree, node
+
+
+def test_per_pool_writes_only_the_pool_whose_keys_are_not_believed() -> None:
+    path, _, node = per_pool_path({1, 2, 3, 4}, set())
+    intent = path.offer(node, 0.0)
+    assert isinstance(intent, BackupIntent)
+    assert not intent.write_kv and intent.aux_keys == {"swa": (3, 4)}
+    staged = path.stage(intent, 0.0)
+    assert staged is not None and staged.kv_pages == 0 and staged.aux_keys == {"swa": (3, 4)}
+    path.acknowledge(staged, 1.0)
+    assert path.storage.pools["swa"].leading_run([3, 4]) == 2 and 1 not in path.storage.kv
+    assert path.offer(node, 2.0) == "skip_covered"
+
+
+@settings(max_examples=150, deadline=None)
+@given(kv=st.sets(st.integers(1, 4)), swa=st.sets(st.integers(1, 4)))
+def test_per_pool_never_skips_a_pool_whose_objects_are_not_believed(
+    kv: set[int], swa: set[int]
+) -> None:
+    path, _, node = per_pool_path(kv, swa)
+    intent = path.offer(node, 0.0)
+    kv_covered, swa_covered = kv >= {1, 2, 3, 4}, swa >= {3, 4}
+    if kv_covered and swa_covered:
+        assert intent == "skip_covered"
+        return
+    assert isinstance(intent, BackupIntent)
+    assert intent.write_kv == (not kv_covered)
+    assert intent.aux_keys == ({} if swa_covered else {"swa": (3, 4)})
+
+
+def test_per_pool_transfer_heal_drops_only_the_short_pool_s_beliefs() -> None:
+    """A short SWA transfer drops the SWA beliefs beyond what it delivered; KV stays believed
+    (the heal rule may still drop KV beliefs: here `none`)."""
+    storage = make_storage({"kv": SPAN, "swa": SPAN[:8]})
+    existence = ExistenceCache(1000)
+    path = WritePath(
+        existence, storage, make_tree().root, gated=True, aux_beliefs={"swa": ExistenceCache(99)}
+    )
+    path.believe(SPAN, {"swa": SPAN})
+    p = Prefetcher(
+        storage=storage,
+        host=HostPool(1000),
+        write_path=path,
+        loops=LoopTracker(),
+        heal=lambda op: [],
+        hit_query="kv_only",
+        policy="timeout",
+        timeout=PrefetchTimeout(1.0, 0.25, 64),
+        threshold_pages=4,
+    )
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None and p.query(op, 0.0) is None
+    read_everything(p, op)
+    resolution = p.resolve(op, 1.0)
+    assert resolution.outcome == "discarded" and sorted(resolution.dropped) == [9, 10]
+    assert existence.covers_all(SPAN)
+    assert 9 not in path.aux_beliefs["swa"] and 10 not in path.aux_beliefs["swa"]
+    assert path.aux_heal_dropped["swa"] == {9, 10} and path.pending_rewrites() == 2

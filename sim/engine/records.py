@@ -93,11 +93,13 @@ class WriteRecord(NamedTuple):
     """Bytes staged for the write (all pools); they cross PCIe."""
     written_bytes: int
     """Bytes storage really wrote: keys it did not already report as stored."""
+    kv_staged: int
+    """KV pages staged (per-pool beliefs may write a node's aux objects alone)."""
     kv_written: int
 
     @classmethod
     def skipped(cls, t_s: float, node_id: int, pages: int, verdict: str) -> WriteRecord:
-        return cls(t_s, node_id, pages, verdict, 0, 0, 0, 0, 0)
+        return cls(t_s, node_id, pages, verdict, 0, 0, 0, 0, 0, 0)
 
     @classmethod
     def written(
@@ -113,6 +115,7 @@ class WriteRecord(NamedTuple):
             ack.rewrite_pages,
             staged.nbytes,
             staged.write_bytes,
+            staged.kv_pages,
             staged.kv_to_write,
         )
 

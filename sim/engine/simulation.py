@@ -338,7 +338,7 @@ class Simulation:
                 discards=self._cum_discards,
                 existence_entries=len(existence),
                 stale_beliefs_recent_4096=existence.count_absent_recent(self.storage.kv.keys()),
-                healed_beliefs_pending=len(self.write_path.heal_dropped),
+                healed_beliefs_pending=self.write_path.pending_rewrites(),
                 host_pages=self.host.used_pages,
                 device_kv_pages=tree.kv.used,
             )

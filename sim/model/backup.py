@@ -10,13 +10,13 @@ the acknowledgement the node's KV keys become beliefs whether or not they were s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from sim.model.existence import ExistenceCache
 from sim.model.node import Node
-from sim.model.pools import Pool
+from sim.model.pools import KV, Pool
 from sim.model.storage import Storage
 
 GateVerdict = Literal["write", "skip_covered", "drop_parent"]
@@ -29,6 +29,10 @@ class BackupIntent:
     node: Node
     pages: tuple[int, ...]
     enqueued_s: float
+    write_kv: bool = True
+    aux_keys: dict[str, tuple[int, ...]] | None = None
+    """Per-pool beliefs: the aux keys the offer found uncovered (and put in flight); None when
+    beliefs are KV only and the node's every resident aux tail is written."""
 
 
 @dataclass
@@ -42,6 +46,8 @@ class StagedWrite:
     nbytes: int
     write_bytes: int
     kv_to_write: int
+    kv_pages: int
+    """KV pages staged (0 when per-pool beliefs found the node's KV covered)."""
 
 
 @dataclass
@@ -95,15 +101,24 @@ class InflightPages:
 def gate_backup(
     existence: ExistenceCache, node: Node, inflight: InflightPages, root: Node
 ) -> GateVerdict:
-    """The two admission checks of a backup intent, in SGLang's order."""
+    """The two admission checks of a backup intent, in SGLang's order (KV beliefs only)."""
     if existence.covers_all(node.pages, extra_cover=inflight):
         return "skip_covered"
-    parent = node.parent
-    if parent is not root and parent is not None:
-        last = parent.last_page
-        if last not in inflight and not existence.contains(last):
-            return "drop_parent"
+    if not _parent_covered(existence, node, inflight, root):
+        return "drop_parent"
     return "write"
+
+
+def _parent_covered(
+    existence: ExistenceCache, node: Node, inflight: InflightPages, root: Node
+) -> bool:
+    """The parent-cover gate: the parent is the root, or its last page is in flight or believed
+    (SGLang: _backup_parent_covered)."""
+    parent = node.parent
+    if parent is root or parent is None:
+        return True
+    last = parent.last_page
+    return last in inflight or existence.contains(last)
 
 
 def aux_backup_keys(
@@ -120,36 +135,72 @@ def aux_backup_keys(
 
 class WritePath:
     """Backup offers, their gates, in-flight pages, acknowledgements, and the beliefs a heal
-    drops (SGLang: HiCacheController's write-through backup and its StorageExistenceCache)."""
+    drops (SGLang: HiCacheController's write-through backup and its StorageExistenceCache).
 
-    def __init__(self, existence: ExistenceCache, storage: Storage, root: Node, *, gated: bool):
+    Beliefs are kept for KV only (`per_pool=False`, the PR's design: one FULL check decides
+    for every pool) or for every pool (SGLang's newer PoolExistenceBeliefs: a node is written
+    pool by pool, only the pools whose keys are not believed stored or in flight).
+    """
+
+    def __init__(
+        self,
+        existence: ExistenceCache,
+        storage: Storage,
+        root: Node,
+        *,
+        gated: bool,
+        aux_beliefs: Mapping[str, ExistenceCache] | None = None,
+    ):
         self.existence = existence
+        """KV beliefs: what the parent-cover gate and the KV heals read."""
         self.storage = storage
         self.root = root
         self.gated = gated
         """buffer_only mode: offers pass the existence-cache gates and stale nodes are dropped."""
+        self.aux_beliefs = dict(aux_beliefs or {})
+        """Per-pool beliefs of the aux pools (empty unless beliefs are kept per pool)."""
         self.inflight = InflightPages()
+        self.aux_inflight = {name: InflightPages() for name in self.aux_beliefs}
         self.inflight_nodes: set[int] = set()
         self.heal_dropped: set[int] = set()
-        """Pages whose beliefs a heal dropped and that have not been written since."""
+        """KV pages whose beliefs a heal dropped and that have not been written since."""
+        self.aux_heal_dropped: dict[str, set[int]] = {name: set() for name in self.aux_beliefs}
+
+    @property
+    def per_pool(self) -> bool:
+        return bool(self.aux_beliefs)
+
+    def pending_rewrites(self) -> int:
+        """Objects whose beliefs a heal dropped and that have not been written since."""
+        return len(self.heal_dropped) + sum(map(len, self.aux_heal_dropped.values()))
 
     # ------------------------------------------------------------------ beliefs
 
-    def believe(self, keys: Iterable[int]) -> None:
-        """Pages a prefetch fetched are believed stored."""
+    def believe(self, keys: Iterable[int], aux: Mapping[str, Iterable[int]] | None = None) -> None:
+        """Pages (and, per pool, aux keys) an accepted prefetch fetched are believed stored."""
         self.existence.add(keys)
+        for name, aux_keys in (aux or {}).items():
+            if name in self.aux_beliefs:
+                self.aux_beliefs[name].add(aux_keys)
 
-    def forget(self, keys: Iterable[int]) -> list[int]:
-        """Drop these beliefs (a heal rule's choice); returns the keys that were believed."""
-        dropped = self.existence.invalidate(keys)
-        self.heal_dropped.update(dropped)
+    def forget(self, keys: Iterable[int], pool: str = KV) -> list[int]:
+        """Drop these beliefs of one pool (a heal's choice); returns the keys that were believed."""
+        cache, dropped_set = self._beliefs(pool)
+        dropped = cache.invalidate(keys)
+        dropped_set.update(dropped)
         return dropped
 
-    def forget_beyond(self, span: Sequence[int], keep_pages: int) -> list[int]:
-        """Drop the beliefs of span[keep_pages:] (the hit-query heal)."""
-        dropped = self.existence.invalidate_beyond(span, keep_pages)
-        self.heal_dropped.update(dropped)
+    def forget_beyond(self, span: Sequence[int], keep_pages: int, pool: str = KV) -> list[int]:
+        """Drop one pool's beliefs of span[keep_pages:] (the hit-query and transfer heals)."""
+        cache, dropped_set = self._beliefs(pool)
+        dropped = cache.invalidate_beyond(span, keep_pages)
+        dropped_set.update(dropped)
         return dropped
+
+    def _beliefs(self, pool: str) -> tuple[ExistenceCache, set[int]]:
+        if pool == KV:
+            return self.existence, self.heal_dropped
+        return self.aux_beliefs[pool], self.aux_heal_dropped[pool]
 
     # ------------------------------------------------------------------ the write path
 
@@ -173,45 +224,79 @@ class WritePath:
         if node.nid in self.inflight_nodes:
             return None
         node.backed_up = True
-        if self.gated:
+        pages = tuple(node.pages)
+        aux_keys = aux_backup_keys(node, pages, self.storage.aux) if self.per_pool else {}
+        write_kv = True
+        if self.gated and self.per_pool:
+            write_kv = not self.existence.covers_all(node.pages, extra_cover=self.inflight)
+            aux_keys = {
+                name: keys
+                for name, keys in aux_keys.items()
+                if not self.aux_beliefs[name].covers_all(keys, self.aux_inflight[name])
+            }
+            if not write_kv and not aux_keys:
+                return "skip_covered"
+            if not _parent_covered(self.existence, node, self.inflight, self.root):
+                return "drop_parent"
+        elif self.gated:
             verdict = gate_backup(self.existence, node, self.inflight, self.root)
             if verdict != "write":
                 return verdict
-        pages = tuple(node.pages)
-        self.inflight.add(pages)
+        if write_kv:
+            self.inflight.add(pages)
+        for name, keys in aux_keys.items():
+            self.aux_inflight[name].add(keys)
         self.inflight_nodes.add(node.nid)
-        return BackupIntent(node, pages, now_s)
+        return BackupIntent(node, pages, now_s, write_kv, aux_keys if self.per_pool else None)
 
     def stage(self, intent: BackupIntent, now_s: float) -> StagedWrite | None:
-        """Pick up a queued write: None (and released) when a gated node left the device."""
+        """Pick up a queued write: None (and released) when a gated node left the device.
+
+        The aux keys are those of the state the node still holds (and, per pool, only the pools
+        the offer found uncovered)."""
         node, pages = intent.node, intent.pages
         if self.gated and not (node.alive and node.on_device):
             self._release(intent)
             return None
         aux_keys = aux_backup_keys(node, pages, self.storage.aux)
+        if intent.aux_keys is not None:
+            aux_keys = {name: keys for name, keys in aux_keys.items() if name in intent.aux_keys}
         kv, pools = self.storage.kv, self.storage.pools
-        nbytes = len(pages) * kv.object_bytes + sum(
+        kv_pages = pages if intent.write_kv else ()
+        nbytes = len(kv_pages) * kv.object_bytes + sum(
             len(keys) * pools[name].object_bytes for name, keys in aux_keys.items()
         )
-        kv_to_write = kv.to_write(pages, now_s)
+        kv_to_write = kv.to_write(kv_pages, now_s)
         write_bytes = kv_to_write * kv.object_bytes + sum(
             pools[name].to_write(keys, now_s) * pools[name].object_bytes
             for name, keys in aux_keys.items()
         )
-        return StagedWrite(intent, aux_keys, nbytes, write_bytes, kv_to_write)
+        return StagedWrite(intent, aux_keys, nbytes, write_bytes, kv_to_write, len(kv_pages))
 
     def acknowledge(self, staged: StagedWrite, now_s: float) -> Acknowledgement:
-        """Store the objects; the KV keys become beliefs whether or not each put succeeded."""
-        pages = staged.intent.pages
+        """Store the objects; the keys written become beliefs whether or not each put succeeded
+        (SGLang: finish_storage_write_ack, deterministic across tensor-parallel ranks)."""
+        intent = staged.intent
+        pages = intent.pages if intent.write_kv else ()
         pools = self.storage.pools
         kv_ok = self.storage.kv.put(pages, now_s)
         aux_ok = {name: pools[name].put(keys, now_s) for name, keys in staged.aux_keys.items()}
         self.existence.add(pages)
-        self._release(staged.intent)
         rewritten = self.heal_dropped.intersection(pages)
         self.heal_dropped.difference_update(rewritten)
-        return Acknowledgement(kv_ok, aux_ok, len(rewritten))
+        rewrites = len(rewritten)
+        for name, keys in staged.aux_keys.items():
+            if name in self.aux_beliefs:
+                self.aux_beliefs[name].add(keys)
+                again = self.aux_heal_dropped[name].intersection(keys)
+                self.aux_heal_dropped[name].difference_update(again)
+                rewrites += len(again)
+        self._release(intent)
+        return Acknowledgement(kv_ok, aux_ok, rewrites)
 
     def _release(self, intent: BackupIntent) -> None:
-        self.inflight.remove(intent.pages)
+        if intent.write_kv:
+            self.inflight.remove(intent.pages)
+        for name, keys in (intent.aux_keys or {}).items():
+            self.aux_inflight[name].remove(keys)
         self.inflight_nodes.discard(intent.node.nid)

@@ -117,8 +117,17 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
         write_bps=scenario.storage.write_gbps * GB,
         exists_latency_ms=scenario.storage.exists_latency_ms,
     )
-    existence = ExistenceCache(scenario.existence_cache.entries, enabled=buffer_only)
-    write_path = WritePath(existence, storage, tree.root, gated=buffer_only)
+    entries = scenario.existence_cache.entries
+    existence = ExistenceCache(entries, enabled=buffer_only)
+    per_pool = scenario.existence_cache.beliefs == "per_pool"
+    aux_beliefs = {
+        name: ExistenceCache(entries, enabled=buffer_only)
+        for name in pools
+        if per_pool and name != KV
+    }
+    write_path = WritePath(
+        existence, storage, tree.root, gated=buffer_only, aux_beliefs=aux_beliefs
+    )
     rule = RULES[scenario.heal]
 
     def heal(op: PrefetchOp) -> list[int]:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from sim.model.backup import WritePath
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
-from sim.model.pools import Pool
-from sim.model.storage import HIT_QUERIES, STORAGE_BATCH_PAGES, Storage
+from sim.model.pools import KV, Pool
+from sim.model.storage import AUX_BLIND_QUERIES, HIT_QUERIES, STORAGE_BATCH_PAGES, Storage
 from sim.registry import Registry
 
 
@@ -163,6 +163,8 @@ class Prefetcher:
         self.heal = heal
         """The heal rule, bound to this server: which beliefs a discarded op drops."""
         self.hit_query = HIT_QUERIES[hit_query]
+        self.aux_evidence = hit_query not in AUX_BLIND_QUERIES
+        """Does the query tell per-pool beliefs where each aux pool's tails are?"""
         self.policy = PREFETCH_POLICIES[policy]
         self.timeout = timeout
         self.threshold_pages = threshold_pages
@@ -184,8 +186,7 @@ class Prefetcher:
         the existence cache is not used).
         """
         hit = self.hit_query(self.storage, op.span, now_s)
-        dropped = self.write_path.forget_beyond(op.span, hit)
-        self.hit_query_dropped_beliefs += len(dropped)
+        self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
         if hit < self.threshold_pages:
             return "revoked"
         if not self.host.alloc_prefetch(hit):
@@ -193,6 +194,24 @@ class Prefetcher:
         op.hit_pages = hit
         op.aux = plan_aux_transfers(self.storage.aux, op, short_tail=self.write_path.gated)
         return None
+
+    def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float) -> int:
+        """Drop the beliefs the query contradicts; returns how many.
+
+        KV-only beliefs: those past the reported hit. Per-pool beliefs: each pool's beyond its
+        own boundary, and the KV chain up to the KV hit is believed (SGLang's
+        ChainPagesPolicy.heal_from_query; tail-keyed pools only learn from writes and fills).
+        """
+        path = self.write_path
+        if not path.per_pool:
+            return len(path.forget_beyond(span, hit))
+        bounds = self.storage.boundaries(span, now_s)
+        dropped = len(path.forget_beyond(span, bounds[KV]))
+        path.believe(span[: bounds[KV]])
+        if self.aux_evidence:
+            for pool in self.storage.aux:
+                dropped += len(path.forget_beyond(span, bounds[pool.name], pool.name))
+        return dropped
 
     def kv_batches(self, op: PrefetchOp) -> Iterator[tuple[int, ...]]:
         """The hit span in storage batches of STORAGE_BATCH_PAGES pages."""
@@ -235,12 +254,25 @@ class Prefetcher:
         self.host.free_prefetch(op.hit_pages)
         if hybrid_check(op) or (not op.aux and op.completed_pages > 0):
             loaded = op.completed_pages
-            self.write_path.believe(span[:loaded])
+            fills = {t.pool: t.keys for t in op.aux if t.keys is not None}
+            self.write_path.believe(span[:loaded], fills)
             self.loops.on_success(span[loaded - 1], now_s)
             return Resolution("success", op.start_page + loaded)
         dropped = self.write_path.forget(self.heal(op))
+        if self.write_path.per_pool:
+            dropped += self._heal_from_transfers(op)
         self.loops.on_discard(span[-1], now_s)
         return Resolution("discarded", 0, dropped)
+
+    def _heal_from_transfers(self, op: PrefetchOp) -> list[int]:
+        """Per-pool beliefs: each short transfer drops its own pool's beliefs beyond what it
+        delivered (SGLang's heal_from_transfer), whatever the heal rule."""
+        path = self.write_path
+        dropped = path.forget_beyond(op.hit_span, op.completed_pages)
+        for t in op.aux:
+            if t.keys is not None and t.hit_pages < len(t.keys):
+                dropped += path.forget_beyond(t.keys, t.hit_pages, t.pool)
+        return dropped
 
     def read_bytes(self, op: PrefetchOp) -> int:
         """Bytes this op read from storage (KV and aux)."""

@@ -251,6 +251,15 @@ class Storage:
                 return e
         return 0
 
+    def boundaries(self, span: Sequence[int], now_s: float) -> dict[str, int]:
+        """Each pool's own boundary in the span: the KV hit, and per aux pool its largest legal
+        endpoint at or below it (what batch_exists_v2 reports per pool)."""
+        kv_hit = self.kv.leading_run(span, now_s)
+        return {
+            KV: kv_hit,
+            **{p.name: self.pool_boundary(p, span, kv_hit, now_s) for p in self.aux},
+        }
+
     def pool_boundary(self, pool: Pool, span: Sequence[int], end: int, now_s: float = 0.0) -> int:
         """Greatest E <= end at which this one pool reports its tail keys (0 if none)."""
         for e in range(end, 0, -1):
@@ -292,6 +301,10 @@ HitQuery = Callable[[Storage, Sequence[int], float], int]
 """(storage, span, now_s) -> pages of the span the backend reports as restorable."""
 
 HIT_QUERIES: Registry[HitQuery] = Registry("hit query")
+
+AUX_BLIND_QUERIES = frozenset({"kv_only"})
+"""Hit queries whose `exists` does not look at aux objects, so they tell per-pool beliefs
+nothing about them."""
 
 
 @HIT_QUERIES.register("kv_only")

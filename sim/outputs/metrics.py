@@ -141,7 +141,7 @@ def summarize(
         "prefetch_revoked": int((pf["outcome"] == "revoked").sum()),
         "prefetch_declined": int((pf["outcome"] == "declined").sum()),
         "prefetch_terminated": int(issued["terminated"].sum()),
-        "written_pages": int(written["pages"].sum()),
+        "written_pages": int(written["kv_staged"].sum()),
         "written_kv_pages": int(written["kv_written"].sum()),
         "staged_write_bytes": int(written["bytes"].sum()),
         "written_bytes": int(written["written_bytes"].sum()),
