@@ -255,3 +255,52 @@ def test_per_pool_transfer_heal_drops_only_the_short_pool_s_beliefs() -> None:
     assert existence.covers_all(SPAN)
     assert 9 not in path.aux_beliefs["swa"] and 10 not in path.aux_beliefs["swa"]
     assert path.aux_heal_dropped["swa"] == {9, 10} and path.pending_rewrites() == 2
+
+
+def test_per_pool_a_stopped_prefetch_is_no_evidence_of_a_missing_object() -> None:
+    """Terminated after one batch: KV short and no aux read, but nothing is missing, so the
+    transfer heals drop nothing (the heal rule here drops nothing either)."""
+    storage = make_storage({"kv": SPAN, "swa": SPAN})
+    path = WritePath(
+        ExistenceCache(100),
+        storage,
+        make_tree().root,
+        gated=True,
+        aux_beliefs={"swa": ExistenceCache(100)},
+    )
+    path.believe(SPAN, {"swa": SPAN})
+    p = Prefetcher(
+        storage=storage,
+        host=HostPool(1000),
+        write_path=path,
+        loops=LoopTracker(),
+        heal=lambda op: [],
+        hit_query="kv_only",
+        policy="best_effort",
+        timeout=PrefetchTimeout(1.0, 0.25, 64),
+        threshold_pages=4,
+    )
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None and p.query(op, 0.0) is None
+    op.terminated = True
+    resolution = p.resolve(op, 0.5)
+    assert resolution.outcome == "discarded" and list(resolution.dropped) == []
+    assert path.pending_rewrites() == 0
+
+
+def test_a_fill_settles_a_heal_s_drop() -> None:
+    """A heal dropped page 3; a later accepted prefetch fetched it: no rewrite is pending."""
+    storage = make_storage({"kv": SPAN})
+    path = WritePath(ExistenceCache(100), storage, make_tree().root, gated=True)
+    path.believe(SPAN)
+    assert path.forget([3]) == [3] and path.pending_rewrites() == 1
+    path.believe([1, 2, 3])
+    assert path.pending_rewrites() == 0 and 3 in path.existence
+
+
+def test_an_aux_only_write_stages_its_tail_not_the_node() -> None:
+    path, _, node = per_pool_path({1, 2, 3, 4}, set())
+    intent = path.offer(node, 0.0)
+    assert isinstance(intent, BackupIntent)
+    staged = path.stage(intent, 0.0)
+    assert staged is not None and staged.staging_pages == 2 and staged.nbytes == 2

@@ -305,7 +305,7 @@ class Simulation:
                 continue
             staging_pages = 0
             if self.model.buffer_only:
-                staging_pages = min(len(intent.pages), host.capacity_pages)
+                staging_pages = min(staged.staging_pages, host.capacity_pages)
                 while not host.alloc_backup(staging_pages):
                     self._host_freed = env.event()
                     yield self._host_freed

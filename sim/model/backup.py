@@ -3,9 +3,10 @@ the server then believes storage holds.
 
 In `buffer_only` mode the tree does not know what storage holds, so every node insert is gated
 by the existence cache (SGLang's enqueue_backup_intent): the FULL check skips the whole node —
-KV and every aux pool's tail — when every KV page is believed stored or in flight; the
-parent-cover gate drops a node whose parent is neither the root, believed, nor in flight. At
-the acknowledgement the node's KV keys become beliefs whether or not they were stored.
+KV and every aux pool's tail — when every KV page is believed stored or in flight (with per-pool
+beliefs, each pool is checked and written on its own); the parent-cover gate drops a node whose
+parent is neither the root, believed, nor in flight. At the acknowledgement the keys written
+become beliefs whether or not they were stored.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class StagedWrite:
     kv_to_write: int
     kv_pages: int
     """KV pages staged (0 when per-pool beliefs found the node's KV covered)."""
+
+    @property
+    def staging_pages(self) -> int:
+        """Host pages the write stages: its KV pages, or an aux-only write's longest tail."""
+        return max(self.kv_pages, *map(len, self.aux_keys.values()), 0)
 
 
 @dataclass
@@ -177,11 +183,16 @@ class WritePath:
     # ------------------------------------------------------------------ beliefs
 
     def believe(self, keys: Iterable[int], aux: Mapping[str, Iterable[int]] | None = None) -> None:
-        """Pages (and, per pool, aux keys) an accepted prefetch fetched are believed stored."""
+        """Pages (and, per pool, aux keys) known to be stored become beliefs: an accepted
+        prefetch's fills, a query's evidence. A heal's drop they contradict is settled."""
+        keys = list(keys)
         self.existence.add(keys)
+        self.heal_dropped.difference_update(keys)
         for name, aux_keys in (aux or {}).items():
             if name in self.aux_beliefs:
+                aux_keys = list(aux_keys)
                 self.aux_beliefs[name].add(aux_keys)
+                self.aux_heal_dropped[name].difference_update(aux_keys)
 
     def forget(self, keys: Iterable[int], pool: str = KV) -> list[int]:
         """Drop these beliefs of one pool (a heal's choice); returns the keys that were believed."""

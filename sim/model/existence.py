@@ -1,10 +1,11 @@
-"""The storage existence cache: a bounded LRU of KV page keys believed to be in storage.
+"""The storage existence cache: a bounded LRU of keys believed to be in storage.
 
 It is the only memory a `buffer_only` server has of what storage holds, so it gates every write:
-`covers_all` true means the whole node write is skipped. Beliefs are added at every write
-acknowledgement (failed writes included, as SGLang does to stay deterministic across TP ranks)
-and for pages a prefetch fetched. Aux pools have no beliefs of their own, which is why a missing
-aux object can hide behind a KV belief.
+`covers_all` true means the write is skipped. Beliefs are added at every write acknowledgement
+(failed writes included, as SGLang does to stay deterministic across TP ranks) and for what an
+accepted prefetch fetched. In the PR's design there is one cache, of KV page keys, and aux pools
+have no beliefs of their own, which is why a missing aux object can hide behind a KV belief;
+with per-pool beliefs every pool has a cache like this one.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from sim.registry import Registry
 from sim.spec import Bytes, Strict
 
 KV = "kv"
-"""The full-attention pool: the chain every other pool is keyed along, and the only pool the
-existence cache holds beliefs for."""
+"""The full-attention pool: the chain every other pool is keyed along, and the pool whose
+beliefs drive the FULL check and the parent-cover gate."""
 
 
 class Residency(Enum):

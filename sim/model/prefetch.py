@@ -31,6 +31,8 @@ class AuxTransfer:
     pool: str
     keys: tuple[int, ...] | None
     hit_pages: int = 0
+    read: bool = False
+    """The read was made (KV completed and the op was not stopped first)."""
 
     @property
     def served_all(self) -> bool:
@@ -198,19 +200,23 @@ class Prefetcher:
     def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float) -> int:
         """Drop the beliefs the query contradicts; returns how many.
 
-        KV-only beliefs: those past the reported hit. Per-pool beliefs: each pool's beyond its
-        own boundary, and the KV chain up to the KV hit is believed (SGLang's
-        ChainPagesPolicy.heal_from_query; tail-keyed pools only learn from writes and fills).
+        KV-only beliefs: those past the reported hit. Per-pool beliefs: KV's past the KV hit
+        and each aux pool's between its own boundary and the KV hit (the query says nothing
+        about aux objects beyond the KV hit), and the KV chain up to the KV hit is believed
+        (SGLang's ChainPagesPolicy.heal_from_query; tail-keyed pools only learn from writes and
+        fills).
         """
         path = self.write_path
         if not path.per_pool:
             return len(path.forget_beyond(span, hit))
         bounds = self.storage.boundaries(span, now_s)
-        dropped = len(path.forget_beyond(span, bounds[KV]))
-        path.believe(span[: bounds[KV]])
+        kv_hit = bounds[KV]
+        dropped = len(path.forget_beyond(span, kv_hit))
+        path.believe(span[:kv_hit])
         if self.aux_evidence:
             for pool in self.storage.aux:
-                dropped += len(path.forget_beyond(span, bounds[pool.name], pool.name))
+                examined = span[:kv_hit]
+                dropped += len(path.forget_beyond(examined, bounds[pool.name], pool.name))
         return dropped
 
     def kv_batches(self, op: PrefetchOp) -> Iterator[tuple[int, ...]]:
@@ -236,6 +242,7 @@ class Prefetcher:
         assert transfer.keys is not None
         pool = self.storage.pools[transfer.pool]
         transfer.hit_pages = pool.get(transfer.keys, now_s)
+        transfer.read = True
         op.aux_read_bytes += transfer.hit_pages * pool.object_bytes
 
     def may_stop_at(self, op: PrefetchOp) -> float:
@@ -265,12 +272,16 @@ class Prefetcher:
         return Resolution("discarded", 0, dropped)
 
     def _heal_from_transfers(self, op: PrefetchOp) -> list[int]:
-        """Per-pool beliefs: each short transfer drops its own pool's beliefs beyond what it
-        delivered (SGLang's heal_from_transfer), whatever the heal rule."""
+        """Per-pool beliefs: each transfer that was made and came back short drops its own
+        pool's beliefs beyond what it delivered (SGLang's heal_from_transfer), whatever the
+        heal rule. A stop by the termination policy, or an aux read never made because KV fell
+        short, is no evidence that anything is missing."""
         path = self.write_path
-        dropped = path.forget_beyond(op.hit_span, op.completed_pages)
+        dropped: list[int] = []
+        if not op.terminated and op.completed_pages < op.hit_pages:
+            dropped += path.forget_beyond(op.hit_span, op.completed_pages)
         for t in op.aux:
-            if t.keys is not None and t.hit_pages < len(t.keys):
+            if t.read and t.keys is not None and t.hit_pages < len(t.keys):
                 dropped += path.forget_beyond(t.keys, t.hit_pages, t.pool)
         return dropped
 

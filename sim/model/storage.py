@@ -123,6 +123,10 @@ class StoragePool:
             if log is not None:
                 log.append((now_s, "get", key, True))
             if fails is not None and fails[i]:
+                if self._stale:
+                    for missing in keys[i + 1 :]:
+                        if missing not in objects:
+                            self._stale.pop(missing, None)
                 return i
         return len(keys)
 

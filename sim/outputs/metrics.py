@@ -146,7 +146,9 @@ def summarize(
         "staged_write_bytes": int(written["bytes"].sum()),
         "written_bytes": int(written["written_bytes"].sum()),
         "rewrite_bytes": int(written.loc[written["rewrite_pages"] > 0, "written_bytes"].sum()),
-        "heal_rewrite_node_pages": int(written.loc[written["rewrite_pages"] > 0, "pages"].sum()),
+        "heal_rewrite_node_pages": int(
+            written.loc[written["rewrite_pages"] > 0, "kv_staged"].sum()
+        ),
         "write_kv_failed_pages": int(written["kv_failed"].sum()),
         "write_aux_failed_objects": int(sum(written[f"{p}_failed"].sum() for p in aux_pools)),
         "dropped_parent_pages": int(wr.loc[wr["verdict"] == "drop_parent", "pages"].sum()),
