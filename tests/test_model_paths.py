@@ -83,10 +83,20 @@ def test_candidates_are_new_unbacked_nodes_or_the_whole_path() -> None:
 # ---------------------------------------------------------------- prefetch resolution
 
 
-def prefetcher(storage: Storage, *, policy: str = "timeout", host_pages: int = 1000) -> Prefetcher:
-    existence = ExistenceCache(1000)
-    path = WritePath(existence, storage, make_tree().root, gated=True)
-    rule = RULES["keep_pages"]
+def prefetcher(
+    storage: Storage,
+    *,
+    policy: str = "timeout",
+    host_pages: int = 1000,
+    heal: str = "keep_pages",
+    per_pool: bool = False,
+) -> Prefetcher:
+    """A prefetcher over `storage` with a kv_only query; `per_pool` keeps SWA beliefs too."""
+    aux_beliefs = {"swa": ExistenceCache(1000)} if per_pool else None
+    path = WritePath(
+        ExistenceCache(1000), storage, make_tree().root, gated=True, aux_beliefs=aux_beliefs
+    )
+    rule = RULES[heal]
     return Prefetcher(
         storage=storage,
         host=HostPool(host_pages),
@@ -231,22 +241,9 @@ def test_per_pool_transfer_heal_drops_only_the_short_pool_s_beliefs() -> None:
     """A short SWA transfer drops the SWA beliefs beyond what it delivered; KV stays believed
     (the heal rule may still drop KV beliefs: here `none`)."""
     storage = make_storage({"kv": SPAN, "swa": SPAN[:8]})
-    existence = ExistenceCache(1000)
-    path = WritePath(
-        existence, storage, make_tree().root, gated=True, aux_beliefs={"swa": ExistenceCache(99)}
-    )
+    p = prefetcher(storage, heal="none", per_pool=True)
+    path, existence = p.write_path, p.write_path.existence
     path.believe(SPAN, {"swa": SPAN})
-    p = Prefetcher(
-        storage=storage,
-        host=HostPool(1000),
-        write_path=path,
-        loops=LoopTracker(),
-        heal=lambda op: [],
-        hit_query="kv_only",
-        policy="timeout",
-        timeout=PrefetchTimeout(1.0, 0.25, 64),
-        threshold_pages=4,
-    )
     op = p.plan(1, 0, SPAN, 0.0)
     assert op is not None and p.query(op, 0.0) is None
     read_everything(p, op)
@@ -260,26 +257,11 @@ def test_per_pool_transfer_heal_drops_only_the_short_pool_s_beliefs() -> None:
 def test_per_pool_a_stopped_prefetch_is_no_evidence_of_a_missing_object() -> None:
     """Terminated after one batch: KV short and no aux read, but nothing is missing, so the
     transfer heals drop nothing (the heal rule here drops nothing either)."""
-    storage = make_storage({"kv": SPAN, "swa": SPAN})
-    path = WritePath(
-        ExistenceCache(100),
-        storage,
-        make_tree().root,
-        gated=True,
-        aux_beliefs={"swa": ExistenceCache(100)},
+    p = prefetcher(
+        make_storage({"kv": SPAN, "swa": SPAN}), policy="best_effort", heal="none", per_pool=True
     )
+    path = p.write_path
     path.believe(SPAN, {"swa": SPAN})
-    p = Prefetcher(
-        storage=storage,
-        host=HostPool(1000),
-        write_path=path,
-        loops=LoopTracker(),
-        heal=lambda op: [],
-        hit_query="kv_only",
-        policy="best_effort",
-        timeout=PrefetchTimeout(1.0, 0.25, 64),
-        threshold_pages=4,
-    )
     op = p.plan(1, 0, SPAN, 0.0)
     assert op is not None and p.query(op, 0.0) is None
     op.terminated = True
