@@ -122,12 +122,22 @@ class ExistenceCacheSpec(Strict):
     newer PoolExistenceBeliefs, one LRU per pool and node writes pool by pool."""
 
 
+class RetrySpec(Strict):
+    max_attempts: NonNegInt = 8
+    """Re-issues a still-queued request may make after a missed prefetch (SGLang's
+    --hicache-storage-prefetch-retry-max-attempts, 8 since v0.5.20); 0 turns retries off."""
+    interval_s: NonNegFloat = 0.16
+    """Wait before a re-issue: SGLang polls every 8 scheduling passes, here 8 decode steps of
+    20 ms (the `compute.decode_ms_per_token` default)."""
+
+
 class PrefetchSpec(Strict):
     policy: str = "timeout"
     """One of `sim.model.prefetch.PREFETCH_POLICIES`."""
     threshold_tokens: NonNegInt = 256
     timeout_base_s: NonNegFloat = 1.0
     timeout_per_ki_token_s: NonNegFloat = 0.25
+    retry: RetrySpec = Field(default_factory=RetrySpec)
 
 
 class ComputeSpec(Strict):

@@ -14,7 +14,13 @@ from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
 from sim.model.node import Node
-from sim.model.prefetch import PREFETCH_POLICIES, Prefetcher, PrefetchOp, PrefetchTimeout
+from sim.model.prefetch import (
+    PREFETCH_POLICIES,
+    Prefetcher,
+    PrefetchOp,
+    PrefetchTimeout,
+    RetryBudget,
+)
 from sim.model.radix import RadixTree
 from sim.model.storage import Storage
 from tests.model_helpers import make_storage, make_tree
@@ -107,6 +113,7 @@ def prefetcher(
         policy=policy,
         timeout=PrefetchTimeout(1.0, 0.25, 64),
         threshold_pages=4,
+        retry=RetryBudget(max_attempts=2, interval_s=0.1),
     )
 
 
@@ -286,3 +293,22 @@ def test_an_aux_only_write_stages_its_tail_not_the_node() -> None:
     assert isinstance(intent, BackupIntent)
     staged = path.stage(intent, 0.0)
     assert staged is not None and staged.staging_pages == 2 and staged.nbytes == 2
+
+
+def test_only_a_low_or_rate_limited_hit_is_retried_and_only_within_the_budget() -> None:
+    p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}))
+    assert [p.retry_after("revoked", n) for n in range(3)] == [0.1, 0.1, None]
+    assert [p.retry_after("declined", n) for n in range(3)] == [0.1, 0.1, None]
+    for outcome in ("success", "discarded", "cancelled"):
+        assert p.retry_after(outcome, 0) is None
+
+
+def test_a_rate_limited_hit_parks_in_buffer_mode_unless_it_could_never_fit() -> None:
+    p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}), host_pages=10)
+    op = p.plan(0, 0, SPAN, 0.0)
+    assert op is not None and p.query(op, 0.0) == "declined"
+    assert op.reported_pages == 10 and not op.issued and not p.may_park(op)
+    p = prefetcher(make_storage({"kv": SPAN[:8], "swa": SPAN}), host_pages=10)
+    op = p.plan(0, 0, SPAN, 0.0)
+    assert op is not None and p.query(op, 0.0, queue_empty=False) == "declined"
+    assert p.may_park(op) and p.stage(op) and op.hit_pages == 8

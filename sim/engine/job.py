@@ -26,6 +26,8 @@ class Job:
     l3_loaded_pages: int = 0
     recomputed_tokens: int = 0
     wake_at: float | None = None
+    retries: int = 0
+    """Prefetches re-issued for this request after a miss."""
 
     def record(self, outcome: str, finish_s: float | None, page_size: int) -> RequestRecord:
         """The request's row, token counts from its pages."""
@@ -41,6 +43,7 @@ class Job:
             l3_loaded_tokens=self.l3_loaded_pages * page_size,
             recomputed_tokens=self.recomputed_tokens,
             prefetch=self.prefetch_outcome,
+            prefetch_retries=self.retries,
             admitted_s=self.admitted_s,
             first_token_s=self.first_token_s,
             finish_s=finish_s,

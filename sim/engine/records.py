@@ -30,6 +30,7 @@ class RequestRecord(NamedTuple):
     l3_loaded_tokens: int
     recomputed_tokens: int
     prefetch: str
+    prefetch_retries: int
     admitted_s: float | None
     first_token_s: float | None
     finish_s: float | None
@@ -42,6 +43,7 @@ class PrefetchRecord(NamedTuple):
     """A settled prefetch; each aux pool adds `<pool>_keys` and `<pool>_hit_pages`."""
 
     rid: int
+    attempt: int
     issued_s: float
     resolved_s: float
     outcome: str
@@ -66,6 +68,7 @@ class PrefetchRecord(NamedTuple):
     ) -> PrefetchRecord:
         return cls(
             rid=rid,
+            attempt=op.attempt,
             issued_s=op.issued_s,
             resolved_s=resolved_s,
             outcome=outcome,

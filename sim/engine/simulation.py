@@ -9,6 +9,7 @@ decision is the model's (`sim.model`); a process only waits, in order, for what 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -69,6 +70,8 @@ class Simulation:
         self.write_channel = simpy.Resource(self.env, capacity=1)
         self._wake = self.env.event()
         self._host_freed = self.env.event()
+        self.parked: deque[tuple[PrefetchOp, simpy.Event]] = deque()
+        """Rate-limited hits waiting for staging, first come first staged (buffer_only)."""
         self._ts_interval = scenario.duration_s / 200.0 or scenario.duration_s
         self._cum_discards = 0
 
@@ -102,8 +105,15 @@ class Simulation:
             self._wake.succeed()
 
     def _poke_host_freed(self) -> None:
+        self._stage_parked()
         if not self._host_freed.triggered:
             self._host_freed.succeed()
+
+    def _host_freed_event(self) -> simpy.Event:
+        """The event the next release of host staging triggers (shared by every waiter)."""
+        if self._host_freed.triggered:
+            self._host_freed = self.env.event()
+        return self._host_freed
 
     # ------------------------------------------------------------------ arrivals
 
@@ -139,17 +149,42 @@ class Simulation:
         self.waiting.append(job)
         self.poke()
 
+    def retrying(self, job: Job, delay_s: float) -> Generator[simpy.Event, Any, None]:
+        """Re-issue a missed prefetch for a request still queued, from a fresh match. A miss
+        never delays the queue head, and a span now shorter than the threshold is not retried
+        (SGLang: StoragePrefetchRetries.pop_ready, _prefetch_kvcache)."""
+        yield self.env.timeout(delay_s)
+        if job.admitted_s is not None or self.waiting[0] is job:
+            return
+        now, tree = self.env.now, self.tree
+        prompt = job.req.pages[: job.req.prompt_pages]
+        match = tree.match(prompt)
+        op = self.prefetcher.plan(
+            job.req.rid, match.host_pages, prompt[match.host_pages :], now, job.retries + 1
+        )
+        if op is None:
+            return
+        job.retries += 1
+        tree.lock(match.host_node)
+        tree.unlock(job.lock_node)
+        job.lock_node = match.host_node
+        job.op = op
+        self.env.process(self.prefetching(job, op))
+
     # ------------------------------------------------------------------ prefetch IO
 
     def prefetching(self, job: Job, op: PrefetchOp) -> Generator[simpy.Event, Any, None]:
         env, prefetcher = self.env, self.prefetcher
         yield env.timeout(self.storage.exists_s(len(op.span)))
-        outcome = "cancelled" if op.terminated else prefetcher.query(op, env.now)
+        outcome = (
+            "cancelled"
+            if op.terminated
+            else prefetcher.query(op, env.now, queue_empty=not self.parked)
+        )
+        if outcome == "declined" and (yield from self._parked(op)):
+            outcome = None
         if outcome is not None:
-            op.done = True
-            job.prefetch_outcome = outcome
-            self._record_prefetch(job, op, outcome, ())
-            self.poke()
+            self._missed(job, op, outcome)
             return
         kv_bytes = self.storage.kv.object_bytes
         for batch in prefetcher.kv_batches(op):
@@ -165,6 +200,45 @@ class Simulation:
                 break
             prefetcher.read_aux(op, transfer, env.now)
         op.done = True
+        self.poke()
+
+    def _parked(self, op: PrefetchOp) -> Generator[simpy.Event, Any, bool]:
+        """Wait, parked behind the hits parked before it, for staging (buffer_only mode); False
+        when the hit is declined instead (cache mode, a hit that can never fit, or the request
+        admitted meanwhile)."""
+        if not self.prefetcher.may_park(op):
+            return False
+        granted = self.env.event()
+        self.parked.append((op, granted))
+        return bool((yield granted))
+
+    def _stage_parked(self) -> None:
+        """Stage parked hits in order until one does not fit; a hit stopped by its policy
+        while parked leaves unstaged."""
+        parked = self.parked
+        while parked:
+            op, granted = parked[0]
+            if not op.terminated and not self.prefetcher.stage(op):
+                return
+            parked.popleft()
+            granted.succeed(not op.terminated)
+
+    def _unpark(self, op: PrefetchOp) -> None:
+        """A parked hit whose request was admitted gives up its place (it is declined)."""
+        for i, (parked_op, granted) in enumerate(self.parked):
+            if parked_op is op:
+                del self.parked[i]
+                granted.succeed(False)
+                return
+
+    def _missed(self, job: Job, op: PrefetchOp, outcome: str) -> None:
+        """An op that ended before reading: record it and arm a retry if one is due."""
+        op.done = True
+        job.prefetch_outcome = outcome
+        self._record_prefetch(job, op, outcome, ())
+        delay_s = self.prefetcher.retry_after(outcome, job.retries)
+        if delay_s is not None and job.admitted_s is None:
+            self.env.process(self.retrying(job, delay_s))
         self.poke()
 
     def _transfer(
@@ -238,6 +312,8 @@ class Simulation:
         """Settle an issued prefetch through the model; returns the loaded endpoint (pages)."""
         op = job.op
         if op is None or not op.issued:
+            if op is not None and not op.done:
+                self._unpark(op)
             return 0
         now = self.env.now
         resolution = self.prefetcher.resolve(op, now)
@@ -307,8 +383,7 @@ class Simulation:
             if self.model.buffer_only:
                 staging_pages = min(staged.staging_pages, host.capacity_pages)
                 while not host.alloc_backup(staging_pages):
-                    self._host_freed = env.event()
-                    yield self._host_freed
+                    yield self._host_freed_event()
                 yield env.timeout(self.model.timing.pcie_s(staged.nbytes))
             yield from self._transfer(self.write_channel, self.storage.write_s(staged.write_bytes))
             ack = self.write_path.acknowledge(staged, env.now)

@@ -19,7 +19,7 @@ from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
 from sim.model.pools import EVICTION_STREAM, KV, POOL_KINDS, WORKLOAD_STREAM, Pool
-from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout
+from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from sim.model.radix import RadixTree
 from sim.model.storage import GB, Storage, StoragePool
 
@@ -148,6 +148,7 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
             prefetch.timeout_base_s, prefetch.timeout_per_ki_token_s, page_size
         ),
         threshold_pages=-(-threshold_tokens // page_size),
+        retry=RetryBudget(prefetch.retry.max_attempts, prefetch.retry.interval_s),
     )
     timing = Timing(
         prefill_tokens_per_s=scenario.compute.prefill_tokens_per_s,

@@ -1,7 +1,8 @@
 """Host memory (L2): prefetch and backup staging, plus host copies in `cache` mode.
 
-In `buffer_only` mode host memory is only staging; a prefetch is declined when staging for loads
-would exceed HICACHE_LOAD_POOL_USAGE_FRACTION of the pool (SGLang's prefetch_rate_limited). In
+In `buffer_only` mode host memory is only staging; a prefetch hit waits (is parked) while staging
+for loads would exceed HICACHE_LOAD_POOL_USAGE_FRACTION of the pool (SGLang's
+prefetch_rate_limited); `cache` mode declines it. In
 `cache` mode host copies live in the radix tree and share the same page budget.
 """
 
@@ -32,6 +33,10 @@ class HostPool:
         """Would staging `pages` more for loads exceed the load share of the pool?"""
         limit = LOAD_POOL_USAGE_FRACTION * self.capacity_pages
         return self.prefetch_pages + pages > limit or pages > self.free_pages
+
+    def can_ever_stage(self, pages: int) -> bool:
+        """Could a load of `pages` be staged once nothing else is?"""
+        return pages <= LOAD_POOL_USAGE_FRACTION * self.capacity_pages
 
     def alloc_prefetch(self, pages: int) -> bool:
         if self.prefetch_rate_limited(pages):

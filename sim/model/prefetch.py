@@ -47,6 +47,10 @@ class PrefetchOp:
     start_page: int
     span: tuple[int, ...]
     issued_s: float
+    attempt: int = 0
+    """0 for the request's first prefetch, k for its k-th re-issue."""
+    reported_pages: int = 0
+    """What the hit query answered (pages), before staging was allocated for it."""
     hit_pages: int = 0
     completed_pages: int = 0
     aux: list[AuxTransfer] = field(default_factory=list)
@@ -132,6 +136,21 @@ def wait_complete(op: PrefetchOp, budget: PrefetchTimeout) -> float:
 
 
 @dataclass(frozen=True)
+class RetryBudget:
+    """Re-issues of a missed prefetch for a request still queued (SGLang's
+    StoragePrefetchRetries, on by default since v0.5.20: 8 attempts, polled every 8 passes)."""
+
+    max_attempts: int
+    interval_s: float
+
+
+RETRIED_OUTCOMES = frozenset({"revoked", "declined"})
+"""Misses a retry re-arms: a hit below the threshold (the needed backup may not have committed
+yet) and a rate-limited hit. A span shorter than the threshold gets no prefetch, hence no
+retry, and a discard sets none."""
+
+
+@dataclass(frozen=True)
 class Resolution:
     """What a settled prefetch leaves: its outcome, the endpoint it loaded (absolute pages, 0
     on a discard) and the beliefs a heal dropped."""
@@ -157,6 +176,7 @@ class Prefetcher:
         policy: str,
         timeout: PrefetchTimeout,
         threshold_pages: int,
+        retry: RetryBudget,
     ) -> None:
         self.storage = storage
         self.host = host
@@ -171,18 +191,24 @@ class Prefetcher:
         self.timeout = timeout
         self.threshold_pages = threshold_pages
         """Spans and hits shorter than this are not prefetched (SGLang: max(threshold, page))."""
+        self.retry = retry
+        self.parks_rate_limited = write_path.gated
+        """buffer_only mode parks a rate-limited hit until staging frees (SGLang's
+        pending_hit_allocs); cache mode declines it."""
         self.hit_query_dropped_beliefs = 0
 
     def plan(
-        self, rid: int, start_page: int, span: Sequence[int], now_s: float
+        self, rid: int, start_page: int, span: Sequence[int], now_s: float, attempt: int = 0
     ) -> PrefetchOp | None:
         """A prefetch for the unmatched span, or None when it is too short to be worth one."""
         if len(span) < self.threshold_pages:
             return None
-        return PrefetchOp(rid, start_page, tuple(span), now_s)
+        return PrefetchOp(rid, start_page, tuple(span), now_s, attempt)
 
-    def query(self, op: PrefetchOp, now_s: float) -> str | None:
-        """Ask storage for the hit and stage it; an outcome ('revoked', 'declined') ends the op.
+    def query(self, op: PrefetchOp, now_s: float, *, queue_empty: bool = True) -> str | None:
+        """Ask storage for the hit and stage it: 'revoked' when the hit is below the threshold,
+        'declined' when staging is rate-limited or other hits wait for it (`queue_empty`
+        false; the op may then park, see `may_park`), None when reads may start.
 
         The beliefs past the reported hit are dropped here (the hit-query heal; a no-op where
         the existence cache is not used).
@@ -191,11 +217,28 @@ class Prefetcher:
         self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
         if hit < self.threshold_pages:
             return "revoked"
-        if not self.host.alloc_prefetch(hit):
-            return "declined"
-        op.hit_pages = hit
+        op.reported_pages = hit
+        return None if queue_empty and self.stage(op) else "declined"
+
+    def stage(self, op: PrefetchOp) -> bool:
+        """Allocate host staging for the reported hit and plan its aux transfers; False when
+        staging for loads is saturated (rate limit)."""
+        if not self.host.alloc_prefetch(op.reported_pages):
+            return False
+        op.hit_pages = op.reported_pages
         op.aux = plan_aux_transfers(self.storage.aux, op, short_tail=self.write_path.gated)
-        return None
+        return True
+
+    def may_park(self, op: PrefetchOp) -> bool:
+        """Does a rate-limited hit wait for staging rather than being declined? Not when it
+        could never be staged."""
+        return self.parks_rate_limited and self.host.can_ever_stage(op.reported_pages)
+
+    def retry_after(self, outcome: str, attempts: int) -> float | None:
+        """Seconds until a missed prefetch is re-issued, or None when it is not retried."""
+        if outcome not in RETRIED_OUTCOMES or attempts >= self.retry.max_attempts:
+            return None
+        return self.retry.interval_s
 
     def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float) -> int:
         """Drop the beliefs the query contradicts; returns how many.

@@ -48,6 +48,8 @@ EXTRA_KEYS = (
     "prefetch_revoked",
     "prefetch_declined",
     "prefetch_terminated",
+    "prefetch_retries",
+    "prefetch_retry_success",
     "written_pages",
     "written_kv_pages",
     "staged_write_bytes",
@@ -141,6 +143,10 @@ def summarize(
         "prefetch_revoked": int((pf["outcome"] == "revoked").sum()),
         "prefetch_declined": int((pf["outcome"] == "declined").sum()),
         "prefetch_terminated": int(issued["terminated"].sum()),
+        "prefetch_retries": int((pf["attempt"] > 0).sum()),
+        "prefetch_retry_success": int(
+            ((issued["attempt"] > 0) & (issued["outcome"] == "success")).sum()
+        ),
         "written_pages": int(written["kv_staged"].sum()),
         "written_kv_pages": int(written["kv_written"].sum()),
         "staged_write_bytes": int(written["bytes"].sum()),

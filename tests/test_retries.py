@@ -1,0 +1,172 @@
+"""Retries of missed prefetches (SGLang's StoragePrefetchRetries and pending_hit_allocs).
+
+A miss (a hit below the threshold, a rate-limited hit in cache mode) is re-issued for a request
+still queued, at most `prefetch.retry.max_attempts` times, never for the queue head, never for a
+span that has become shorter than the threshold, and never after a discard. In buffer_only mode a
+rate-limited hit is parked until staging frees instead of being declined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pandas as pd
+import pytest
+
+from sim.model.chain import ROOT_KEY, ChainInterner
+from sim.model.prefetch import RETRIED_OUTCOMES
+from sim.runner import RunResult, run
+from sim.workload import Request
+from tests.conftest import make_scenario
+
+PAGES = 8
+PAGE = 64
+
+QUEUED = {
+    "workload.prefixes": 60,
+    "workload.prefix_tokens": 4096,
+    "workload.requests": 400,
+    "workload.arrival_rate_per_s": 15,
+    "device.kv_pages": 1200,
+    "device.swa_pages": 1200,
+}
+"""A server that queues: more prefixes than the device holds, arriving faster than it serves."""
+
+
+def queued_run(**overrides: object) -> RunResult:
+    return run(make_scenario(**QUEUED, **overrides))
+
+
+def attempts_by_request(pf: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
+    return pf.sort_values(["rid", "attempt"]).groupby("rid")
+
+
+@pytest.mark.parametrize("max_attempts", [0, 1, 3, 8])
+def test_retries_follow_a_retried_miss_and_never_pass_the_limit(max_attempts: int) -> None:
+    result = queued_run(**{"prefetch.retry.max_attempts": max_attempts})
+    pf, req = result.tables["prefetches"], result.tables["requests"]
+    assert pf["attempt"].max() <= max_attempts
+    for rid, rows in attempts_by_request(pf):
+        assert list(rows["attempt"]) == list(range(len(rows))), rid
+        assert set(rows["outcome"].iloc[:-1]) <= RETRIED_OUTCOMES, rid
+        assert (rows["issued_s"].diff().dropna() >= 0.16 - 1e-9).all(), rid
+    last_attempt = pf.groupby("rid")["attempt"].max()
+    retried = req.set_index("rid")["prefetch_retries"]
+    assert (retried.reindex(last_attempt.index) == last_attempt).all()
+    assert result.summary["prefetch_retries"] == int((pf["attempt"] > 0).sum())
+    if max_attempts == 0:
+        assert result.summary["prefetch_retries"] == 0
+    else:
+        assert result.summary["prefetch_retries"] > 0
+
+
+def test_a_retry_never_asks_for_a_span_shorter_than_the_threshold() -> None:
+    result = queued_run(**{"prefetch.threshold_tokens": 1024})
+    pf = result.tables["prefetches"]
+    assert result.summary["prefetch_retries"] > 0
+    assert (pf["span_pages"] >= 1024 // PAGE).all()
+
+
+def test_a_discard_is_not_retried() -> None:
+    result = run(make_scenario(**QUEUED, **{"storage.pools.swa.put_fail_prob": 0.5}))
+    pf = result.tables["prefetches"]
+    assert result.summary["prefetch_discarded"] > 0
+    for rid, rows in attempts_by_request(pf):
+        assert "discarded" not in set(rows["outcome"].iloc[:-1]), rid
+
+
+def test_retries_off_change_nothing_else_when_no_retry_would_fire() -> None:
+    """With no queue no retry is issued: the runs differ only in the timers armed for them."""
+    on, off = (run(make_scenario(**{"prefetch.retry.max_attempts": n})).summary for n in (8, 0))
+    assert on["prefetch_retries"] == 0
+    ignored = {"wall_s", "events"}
+    assert {k: v for k, v in on.items() if k not in ignored} == {
+        k: v for k, v in off.items() if k not in ignored
+    }
+
+
+class Queue:
+    """X warms storage, then is evicted by Y while R (prefix X) waits behind Z.
+
+    A (prefix X) runs alone and its backup commits at once; R arrives before that, misses, and
+    queues behind Y and Z, each needing the whole device. When R's retry comes due, Y has
+    evicted X from the device and Z is the head, so the retry finds X in storage.
+    """
+
+    def __init__(self) -> None:
+        chains = ChainInterner()
+        self.chain = {
+            name: chains.extend(ROOT_KEY, ((name, j) for j in range(PAGES + 1))) for name in "XYZ"
+        }
+
+    def arrivals(self) -> Iterator[Request]:
+        x, y, z = (list(self.chain[name]) for name in "XYZ")
+        yield Request(0, 0.0, PAGES * PAGE, 2, x, PAGES)
+        yield Request(1, 0.001, PAGES * PAGE, 50, y, PAGES)
+        yield Request(2, 0.0015, PAGES * PAGE, 2, z, PAGES)
+        yield Request(3, 0.002, PAGES * PAGE, 2, x, PAGES)
+
+    def follow_up(self, request: Request, finish_s: float) -> None:
+        return None
+
+
+def run_queue(**overrides: object) -> RunResult:
+    scenario = make_scenario(
+        **{
+            "duration_s": 20.0,
+            "device.kv_pages": PAGES + 4,
+            "device.swa_pages": PAGES + 4,
+            **overrides,
+        }
+    )
+    return run(scenario, Queue())
+
+
+def test_a_retry_finds_what_storage_gained_while_the_request_queued() -> None:
+    result = run_queue()
+    pf = result.tables["prefetches"]
+    r = pf[pf["rid"] == 3].sort_values("attempt")
+    assert list(r["outcome"]) == ["revoked", "success"]
+    assert result.summary["prefetch_retry_success"] == 1
+    req = result.tables["requests"].set_index("rid")
+    assert req.loc[3, "l3_loaded_tokens"] == PAGES * PAGE
+    without = run_queue(**{"prefetch.retry.max_attempts": 0}).tables["requests"]
+    assert without.set_index("rid").loc[3, "l3_loaded_tokens"] == 0
+
+
+def test_the_queue_head_is_never_re_issued() -> None:
+    """Z (rid 2) misses too, but it is the head when its retry comes due."""
+    pf = run_queue().tables["prefetches"]
+    assert list(pf.loc[pf["rid"] == 2, "attempt"]) == [0]
+
+
+# ---------------------------------------------------------------------- parked hits
+
+
+PRESSED = {
+    **QUEUED,
+    "workload.prefixes": 40,
+    "workload.arrival_rate_per_s": 12,
+    "host.pages": 100,
+    "storage.read_gbps": 0.3,
+}
+"""Host staging for one span at a time and slow reads: hits contend for staging."""
+
+
+def test_buffer_mode_parks_a_rate_limited_hit_and_cache_mode_declines_it() -> None:
+    parked = run(make_scenario(**PRESSED, **{"prefetch.policy": "wait_complete"}))
+    declined = run(make_scenario(**PRESSED, **{"host.mode": "cache"}))
+    assert parked.summary["prefetch_declined"] == 0
+    assert parked.summary["prefetch_success"] > 0
+    assert declined.summary["prefetch_declined"] > 0
+
+
+def test_a_parked_hit_stopped_by_its_policy_is_declined_and_not_retried() -> None:
+    result = run(make_scenario(**PRESSED))
+    pf = result.tables["prefetches"]
+    declined = pf[pf["outcome"] == "declined"]
+    assert len(declined) > 0
+    assert declined["terminated"].all()
+    last = pf.groupby("rid")["attempt"].max()
+    assert (declined["attempt"].to_numpy() == last.loc[declined["rid"]].to_numpy()).all()
+    assert result.summary["requests_finished"] == result.summary["requests"]
