@@ -1,14 +1,18 @@
 """Repeated-failure loops, tracked online from the stream of resolved prefetches.
 
 A loop is a maximal run of consecutive discards at the same endpoint page (the last page key of
-the hit span). Attempts at an endpoint are the prefetches whose hit ends there. The loop is
-healed when a later attempt at its endpoint succeeds; it counts as retried once any later
-attempt was made (a repeat discard, which lengthens it, or a success, which heals it). heal_rate
-is healed / retried, so a single discard nobody came back for counts neither way.
+the hit span). An attempt reaches an endpoint when its hit span holds that page: page keys are
+chained, so the key names the whole prefix up to it, and a longer prefetch of the same prefix
+reaches it too (the next turn of a conversation does). The loop is healed when a later attempt
+that reaches its endpoint succeeds; it counts as retried once any later attempt reached it (a
+repeat discard at the endpoint, which lengthens it, a discard further on, or a success, which
+heals it). heal_rate is healed / retried, so a single discard nobody came back for counts neither
+way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -17,11 +21,13 @@ class Loop:
     endpoint_key: int
     first_discard_s: float
     length: int = 1
+    reached_again: bool = False
+    """A later discard further on reached this endpoint."""
     healed_s: float | None = None
 
     @property
     def retried(self) -> bool:
-        return self.length > 1 or self.healed_s is not None
+        return self.length > 1 or self.reached_again or self.healed_s is not None
 
     @property
     def time_to_heal_s(self) -> float | None:
@@ -33,16 +39,27 @@ class LoopTracker:
         self.open: dict[int, Loop] = {}
         self.closed: list[Loop] = []
 
-    def on_discard(self, endpoint_key: int, now_s: float) -> None:
-        loop = self.open.get(endpoint_key)
-        if loop is None:
-            self.open[endpoint_key] = Loop(endpoint_key, now_s)
-        else:
-            loop.length += 1
+    def _reached(self, span: Sequence[int]) -> list[Loop]:
+        """The open loops whose endpoint this span holds."""
+        if not self.open:
+            return []
+        return [self.open[key] for key in self.open.keys() & set(span)]
 
-    def on_success(self, endpoint_key: int, now_s: float) -> None:
-        loop = self.open.pop(endpoint_key, None)
-        if loop is not None:
+    def on_discard(self, span: Sequence[int], now_s: float) -> None:
+        """A discarded attempt whose hit span is `span` (its endpoint is the last key)."""
+        endpoint = span[-1]
+        for loop in self._reached(span):
+            if loop.endpoint_key == endpoint:
+                loop.length += 1
+            else:
+                loop.reached_again = True
+        if endpoint not in self.open:
+            self.open[endpoint] = Loop(endpoint, now_s)
+
+    def on_success(self, loaded: Sequence[int], now_s: float) -> None:
+        """An accepted attempt that loaded `loaded`: it heals every loop it reaches."""
+        for loop in self._reached(loaded):
+            del self.open[loop.endpoint_key]
             loop.healed_s = now_s
             self.closed.append(loop)
 

@@ -306,12 +306,12 @@ class Prefetcher:
             loaded = op.completed_pages
             fills = {t.pool: t.keys for t in op.aux if t.keys is not None}
             self.write_path.believe(span[:loaded], fills)
-            self.loops.on_success(span[loaded - 1], now_s)
+            self.loops.on_success(span[:loaded], now_s)
             return Resolution("success", op.start_page + loaded)
         dropped = self.write_path.forget(self.heal(op))
         if self.write_path.per_pool:
             dropped += self._heal_from_transfers(op)
-        self.loops.on_discard(span[-1], now_s)
+        self.loops.on_discard(span, now_s)
         return Resolution("discarded", 0, dropped)
 
     def _heal_from_transfers(self, op: PrefetchOp) -> list[int]:
