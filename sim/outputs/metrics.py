@@ -50,6 +50,7 @@ EXTRA_KEYS = (
     "prefetch_terminated",
     "prefetch_retries",
     "prefetch_retry_success",
+    "l3_loaded_rate",
     "written_pages",
     "written_kv_pages",
     "staged_write_bytes",
@@ -144,6 +145,9 @@ def summarize(
         "prefetch_declined": int((pf["outcome"] == "declined").sum()),
         "prefetch_terminated": int(issued["terminated"].sum()),
         "prefetch_retries": int((pf["attempt"] > 0).sum()),
+        "l3_loaded_rate": _ratio(
+            int(req["l3_loaded_tokens"].sum()), int(req["prompt_tokens"].sum())
+        ),
         "prefetch_retry_success": int(
             ((issued["attempt"] > 0) & (issued["outcome"] == "success")).sum()
         ),
