@@ -262,10 +262,18 @@ class Storage:
         return all(store.exists(key, now_s) for key in pool.tail_keys(span, end))
 
     def legal_endpoint_at_or_below(self, span: Sequence[int], end: int, now_s: float = 0.0) -> int:
-        """Greatest E <= end at which every aux pool reports its tail keys (0 if none)."""
-        for e in range(end, 0, -1):
-            if all(self.tail_present(p, span, e, now_s) for p in self.aux):
+        """Greatest E <= end at which every aux pool reports its tail keys (0 if none).
+
+        No endpoint above the lowest pool boundary at or below `end` is legal for that pool,
+        so the search drops to it until every pool agrees."""
+        if not self.aux:
+            return end
+        e = end
+        while e > 0:
+            lowest = min(self.pool_boundary(p, span, e, now_s) for p in self.aux)
+            if lowest == e:
                 return e
+            e = lowest
         return 0
 
     def boundaries(self, span: Sequence[int], now_s: float) -> dict[str, int]:
@@ -278,10 +286,20 @@ class Storage:
         }
 
     def pool_boundary(self, pool: Pool, span: Sequence[int], end: int, now_s: float = 0.0) -> int:
-        """Greatest E <= end at which this one pool reports its tail keys (0 if none)."""
-        for e in range(end, 0, -1):
-            if self.tail_present(pool, span, e, now_s):
+        """Greatest E <= end at which this one pool reports its tail keys (0 if none).
+
+        Scans down from `end` asking each page once: a missing page at j rules out every
+        endpoint whose tail holds it, so the next candidate is j itself."""
+        exists = self.pools[pool.name].exists
+        e = end
+        while e > 0:
+            lo = e - pool.tail_len(e)
+            j = e - 1
+            while j >= lo and exists(span[j], now_s):
+                j -= 1
+            if j < lo:
                 return e
+            e = j
         return 0
 
     def hit_query(self, kind: str, span: Sequence[int], now_s: float = 0.0) -> int:
