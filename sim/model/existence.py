@@ -79,12 +79,10 @@ class ExistenceCache:
 
     def invalidate_beyond(self, span: Sequence[int], keep_pages: int) -> list[int]:
         """Drop the beliefs of span[keep_pages:]; returns the keys that were actually believed."""
-        dropped: list[int] = []
         lru = self._lru
-        for key in span[max(0, keep_pages) :]:
-            if key in lru:
-                del lru[key]
-                dropped.append(key)
+        dropped = [key for key in span[max(0, keep_pages) :] if key in lru]
+        for key in dropped:
+            lru.pop(key, None)
         return dropped
 
     def invalidate(self, keys: Iterable[int]) -> list[int]:

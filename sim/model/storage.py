@@ -8,6 +8,7 @@ registered in `HIT_QUERIES`, which is also the list the scenario key `storage.hi
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import OrderedDict
@@ -93,6 +94,30 @@ class StoragePool:
             if key not in objects and not self.exists(key, now_s):
                 return i
         return len(keys)
+
+    def tail_boundary(
+        self, span: Sequence[int], end: int, tail_pages: int | None, now_s: float = 0.0
+    ) -> int:
+        """Greatest E <= end at which `exists` reports span[E - n, E), n = min(tail_pages, E)
+        (every page before E when tail_pages is None); 0 if none.
+
+        Scans down from `end` asking each page once: a missing page at j rules out every
+        endpoint whose tail holds it, so the next candidate is j itself."""
+        present: Callable[[int], bool]
+        if self._stale:
+            present = functools.partial(self.exists, now_s=now_s)
+        else:
+            present = self._objects.__contains__
+        e = end
+        while e > 0:
+            lo = e - tail_pages if tail_pages is not None and e > tail_pages else 0
+            j = e - 1
+            while j >= lo and present(span[j]):
+                j -= 1
+            if j < lo:
+                return e
+            e = j
+        return 0
 
     def to_write(self, keys: Sequence[int], now_s: float) -> int:
         """How many of these keys a put would really write (the others the backend skips)."""
@@ -286,21 +311,8 @@ class Storage:
         }
 
     def pool_boundary(self, pool: Pool, span: Sequence[int], end: int, now_s: float = 0.0) -> int:
-        """Greatest E <= end at which this one pool reports its tail keys (0 if none).
-
-        Scans down from `end` asking each page once: a missing page at j rules out every
-        endpoint whose tail holds it, so the next candidate is j itself."""
-        exists = self.pools[pool.name].exists
-        e = end
-        while e > 0:
-            lo = e - pool.tail_len(e)
-            j = e - 1
-            while j >= lo and exists(span[j], now_s):
-                j -= 1
-            if j < lo:
-                return e
-            e = j
-        return 0
+        """Greatest E <= end at which this one pool reports its tail keys (0 if none)."""
+        return self.pools[pool.name].tail_boundary(span, end, pool.tail_pages, now_s)
 
     def hit_query(self, kind: str, span: Sequence[int], now_s: float = 0.0) -> int:
         """Pages of `span` the backend reports as restorable, by backend behaviour."""
