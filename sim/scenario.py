@@ -128,7 +128,7 @@ class RetrySpec(Strict):
     --hicache-storage-prefetch-retry-max-attempts, 8 since v0.5.20); 0 turns retries off."""
     interval_s: NonNegFloat = 0.16
     """Wait before a re-issue: SGLang polls every 8 scheduling passes, here 8 decode steps of
-    20 ms (the `compute.decode_ms_per_token` default)."""
+    20 ms (the `compute.decode_ms_per_token` default); 0 turns retries off, as in SGLang."""
 
 
 class PrefetchSpec(Strict):

@@ -301,6 +301,8 @@ def test_only_a_low_or_rate_limited_hit_is_retried_and_only_within_the_budget() 
     assert [p.retry_after("declined", n) for n in range(3)] == [0.1, 0.1, None]
     for outcome in ("success", "discarded", "cancelled"):
         assert p.retry_after(outcome, 0) is None
+    p.retry = RetryBudget(max_attempts=2, interval_s=0.0)
+    assert p.retry_after("revoked", 0) is None
 
 
 def test_a_rate_limited_hit_parks_in_buffer_mode_unless_it_could_never_fit() -> None:

@@ -154,7 +154,7 @@ class Simulation:
         never delays the queue head, and a span now shorter than the threshold is not retried
         (SGLang: StoragePrefetchRetries.pop_ready, _prefetch_kvcache)."""
         yield self.env.timeout(delay_s)
-        if job.admitted_s is not None or self.waiting[0] is job:
+        if job.admitted_s is not None or (self.waiting and self.waiting[0] is job):
             return
         now, tree = self.env.now, self.tree
         prompt = job.req.pages[: job.req.prompt_pages]
@@ -232,12 +232,13 @@ class Simulation:
                 return
 
     def _missed(self, job: Job, op: PrefetchOp, outcome: str) -> None:
-        """An op that ended before reading: record it and arm a retry if one is due."""
+        """An op that ended before reading: record it and arm a retry if one is due (never for
+        an op its policy stopped: SGLang revokes those without marking a miss)."""
         op.done = True
         job.prefetch_outcome = outcome
         self._record_prefetch(job, op, outcome, ())
         delay_s = self.prefetcher.retry_after(outcome, job.retries)
-        if delay_s is not None and job.admitted_s is None:
+        if delay_s is not None and job.admitted_s is None and not op.terminated:
             self.env.process(self.retrying(job, delay_s))
         self.poke()
 

@@ -235,8 +235,14 @@ class Prefetcher:
         return self.parks_rate_limited and self.host.can_ever_stage(op.reported_pages)
 
     def retry_after(self, outcome: str, attempts: int) -> float | None:
-        """Seconds until a missed prefetch is re-issued, or None when it is not retried."""
-        if outcome not in RETRIED_OUTCOMES or attempts >= self.retry.max_attempts:
+        """Seconds until a missed prefetch is re-issued, or None when it is not retried (an
+        interval of 0 turns retries off, as SGLang's poll interval 0 does)."""
+        retry = self.retry
+        if (
+            outcome not in RETRIED_OUTCOMES
+            or attempts >= retry.max_attempts
+            or retry.interval_s <= 0
+        ):
             return None
         return self.retry.interval_s
 
