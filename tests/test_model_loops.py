@@ -51,7 +51,7 @@ def test_success_at_the_endpoint_heals() -> None:
     tracker = LoopTracker()
     tracker.on_discard(upto(7), 1.0)
     tracker.on_discard(upto(7), 2.0)
-    tracker.on_success(upto(7), 5.5)
+    tracker.on_success(upto(7), len(upto(7)), 5.5)
     (loop,) = tracker.all_loops()
     assert loop.healed_s == 5.5 and loop.time_to_heal_s == 4.5
     assert loop.retried and loop.length == 2
@@ -62,7 +62,7 @@ def test_a_longer_success_of_the_same_prefix_heals() -> None:
     """The next turn of a conversation loads past the endpoint: it reached it, so it heals."""
     tracker = LoopTracker()
     tracker.on_discard(upto(7), 1.0)
-    tracker.on_success(upto(12), 2.0)
+    tracker.on_success(upto(12), len(upto(12)), 2.0)
     (loop,) = tracker.all_loops()
     assert loop.healed_s == 2.0 and loop.retried
 
@@ -70,9 +70,21 @@ def test_a_longer_success_of_the_same_prefix_heals() -> None:
 def test_a_success_that_stops_short_of_the_endpoint_does_not_heal() -> None:
     tracker = LoopTracker()
     tracker.on_discard(upto(7), 1.0)
-    tracker.on_success(upto(6), 2.0)
+    tracker.on_success(upto(6), len(upto(6)), 2.0)
     (loop,) = tracker.all_loops()
     assert loop.healed_s is None and not loop.retried
+
+
+def test_a_partial_success_heals_what_it_loaded_and_retries_the_rest() -> None:
+    """A KV-only model keeps a partial read: loops past what it loaded were reached, not
+    healed."""
+    tracker = LoopTracker()
+    tracker.on_discard(upto(3), 1.0)
+    tracker.on_discard(upto(7), 2.0)
+    tracker.on_success(upto(7), 5, 3.0)
+    loops = {lp.endpoint_key: lp for lp in tracker.all_loops()}
+    assert loops[3].healed_s == 3.0
+    assert loops[7].healed_s is None and loops[7].retried
 
 
 def test_a_longer_discard_retries_the_loop_without_lengthening_it() -> None:
@@ -88,7 +100,7 @@ def test_single_discard_then_success_is_retried_and_healed() -> None:
     """A success is a later attempt: the loop of length 1 counts as retried."""
     tracker = LoopTracker()
     tracker.on_discard(upto(7), 1.0)
-    tracker.on_success(upto(7), 3.0)
+    tracker.on_success(upto(7), len(upto(7)), 3.0)
     (loop,) = tracker.all_loops()
     assert loop.length == 1 and loop.retried and loop.time_to_heal_s == 2.0
 
@@ -96,7 +108,7 @@ def test_single_discard_then_success_is_retried_and_healed() -> None:
 def test_attempts_of_other_prefixes_do_not_touch_the_loop() -> None:
     tracker = LoopTracker()
     tracker.on_discard(upto(7), 1.0)
-    tracker.on_success(upto(108, 100), 2.0)
+    tracker.on_success(upto(108, 100), len(upto(108, 100)), 2.0)
     tracker.on_discard(upto(109, 100), 3.0)
     loops = {lp.endpoint_key: lp for lp in tracker.all_loops()}
     assert set(loops) == {7, 109}
@@ -106,7 +118,7 @@ def test_attempts_of_other_prefixes_do_not_touch_the_loop() -> None:
 
 def test_success_without_an_open_loop_records_nothing() -> None:
     tracker = LoopTracker()
-    tracker.on_success(upto(7), 1.0)
+    tracker.on_success(upto(7), len(upto(7)), 1.0)
     assert tracker.all_loops() == [] and tracker.open == {} and tracker.closed == []
 
 
@@ -114,10 +126,10 @@ def test_discard_after_heal_opens_a_new_loop() -> None:
     """A success ends the run; the next discard at the same endpoint starts another loop."""
     tracker = LoopTracker()
     tracker.on_discard(upto(7), 1.0)
-    tracker.on_success(upto(7), 2.0)
+    tracker.on_success(upto(7), len(upto(7)), 2.0)
     tracker.on_discard(upto(7), 3.0)
-    tracker.on_success(upto(7), 4.0)  # heals the second loop only
-    tracker.on_success(upto(7), 5.0)  # nothing open any more
+    tracker.on_success(upto(7), len(upto(7)), 4.0)  # heals the second loop only
+    tracker.on_success(upto(7), len(upto(7)), 5.0)  # nothing open any more
     assert rows(tracker.all_loops()) == [(7, 1.0, 1, True, 2.0), (7, 3.0, 1, True, 4.0)]
 
 
@@ -126,8 +138,8 @@ def test_all_loops_orders_healed_and_open_by_first_discard() -> None:
     tracker.on_discard(upto(101, 100), 1.0)
     tracker.on_discard(upto(2), 2.0)
     tracker.on_discard(upto(203, 200), 3.0)
-    tracker.on_success(upto(203, 200), 4.0)
-    tracker.on_success(upto(101, 100), 5.0)
+    tracker.on_success(upto(203, 200), len(upto(203, 200)), 4.0)
+    tracker.on_success(upto(101, 100), len(upto(101, 100)), 5.0)
     assert [lp.endpoint_key for lp in tracker.closed] == [203, 101]
     assert [lp.endpoint_key for lp in tracker.all_loops()] == [101, 2, 203]
     assert [lp.healed_s for lp in tracker.all_loops()] == [5.0, None, 4.0]
@@ -166,7 +178,7 @@ def test_tracker_matches_offline_reference(events: list[tuple[bool, int]]) -> No
     tracker = LoopTracker()
     for i, (success, end) in enumerate(events):
         if success:
-            tracker.on_success(upto(end), float(i))
+            tracker.on_success(upto(end), len(upto(end)), float(i))
         else:
             tracker.on_discard(upto(end), float(i))
     assert rows(tracker.all_loops()) == reference_loops(events)

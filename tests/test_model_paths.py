@@ -297,12 +297,17 @@ def test_an_aux_only_write_stages_its_tail_not_the_node() -> None:
 
 def test_only_a_low_or_rate_limited_hit_is_retried_and_only_within_the_budget() -> None:
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}))
-    assert [p.retry_after("revoked", n) for n in range(3)] == [0.1, 0.1, None]
-    assert [p.retry_after("declined", n) for n in range(3)] == [0.1, 0.1, None]
+    op = PrefetchOp(0, 0, SPAN, 0.0, reported_pages=10)
+    assert [p.retry_after(op, "revoked", n) for n in range(3)] == [0.1, 0.1, None]
+    assert [p.retry_after(op, "declined", n) for n in range(3)] == [0.1, 0.1, None]
     for outcome in ("success", "discarded", "cancelled"):
-        assert p.retry_after(outcome, 0) is None
+        assert p.retry_after(op, outcome, 0) is None
+    stopped = PrefetchOp(0, 0, SPAN, 0.0, terminated=True)
+    assert p.retry_after(stopped, "declined", 0) is None
+    too_big = PrefetchOp(0, 0, SPAN, 0.0, reported_pages=1000)
+    assert p.retry_after(too_big, "declined", 0) is None
     p.retry = RetryBudget(max_attempts=2, interval_s=0.0)
-    assert p.retry_after("revoked", 0) is None
+    assert p.retry_after(op, "revoked", 0) is None
 
 
 def test_a_rate_limited_hit_parks_in_buffer_mode_unless_it_could_never_fit() -> None:

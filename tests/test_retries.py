@@ -2,8 +2,9 @@
 
 A miss (a hit below the threshold, a rate-limited hit in cache mode) is re-issued for a request
 still queued, at most `prefetch.retry.max_attempts` times, never for the queue head, never for a
-span that has become shorter than the threshold, and never after a discard. In buffer_only mode a
-rate-limited hit is parked until staging frees instead of being declined.
+span that has become shorter than the threshold, never after a discard or a policy stop, never for
+a hit that could never be staged. In buffer_only mode a rate-limited hit is parked until staging
+frees instead of being declined.
 """
 
 from __future__ import annotations
@@ -170,3 +171,12 @@ def test_a_parked_hit_stopped_by_its_policy_is_declined_and_not_retried() -> Non
     last = pf.groupby("rid")["attempt"].max()
     assert (declined["attempt"].to_numpy() == last.loc[declined["rid"]].to_numpy()).all()
     assert result.summary["requests_finished"] == result.summary["requests"]
+
+
+def test_a_hit_that_could_never_be_staged_is_declined_once() -> None:
+    """Spans of 64 pages against a 40-page host (36 for loads): asking again cannot help."""
+    result = queued_run(**{"host.pages": 40, "prefetch.policy": "wait_complete"})
+    assert result.summary["prefetch_declined"] > 0
+    assert result.summary["prefetch_retries"] == 0 or (
+        result.tables["prefetches"].query("attempt > 0")["outcome"] != "declined"
+    ).all()

@@ -165,6 +165,7 @@ class Simulation:
         if op is None:
             return
         job.retries += 1
+        tree.touch(match.host_node, now)
         tree.lock(match.host_node)
         tree.unlock(job.lock_node)
         job.lock_node = match.host_node
@@ -229,16 +230,16 @@ class Simulation:
             if parked_op is op:
                 del self.parked[i]
                 granted.succeed(False)
+                self._stage_parked()
                 return
 
     def _missed(self, job: Job, op: PrefetchOp, outcome: str) -> None:
-        """An op that ended before reading: record it and arm a retry if one is due (never for
-        an op its policy stopped: SGLang revokes those without marking a miss)."""
+        """An op that ended before reading: record it and arm a retry if one is due."""
         op.done = True
         job.prefetch_outcome = outcome
         self._record_prefetch(job, op, outcome, ())
-        delay_s = self.prefetcher.retry_after(outcome, job.retries)
-        if delay_s is not None and job.admitted_s is None and not op.terminated:
+        delay_s = self.prefetcher.retry_after(op, outcome, job.retries)
+        if delay_s is not None and job.admitted_s is None:
             self.env.process(self.retrying(job, delay_s))
         self.poke()
 

@@ -56,12 +56,17 @@ class LoopTracker:
         if endpoint not in self.open:
             self.open[endpoint] = Loop(endpoint, now_s)
 
-    def on_success(self, loaded: Sequence[int], now_s: float) -> None:
-        """An accepted attempt that loaded `loaded`: it heals every loop it reaches."""
-        for loop in self._reached(loaded):
+    def on_success(self, span: Sequence[int], loaded: int, now_s: float) -> None:
+        """An accepted attempt with hit span `span` that loaded its first `loaded` pages: it
+        heals every loop whose endpoint it loaded, and retries those further on in its span (a
+        KV-only model keeps a partial read)."""
+        for loop in self._reached(span[:loaded]):
             del self.open[loop.endpoint_key]
             loop.healed_s = now_s
             self.closed.append(loop)
+        if loaded < len(span):
+            for loop in self._reached(span[loaded:]):
+                loop.reached_again = True
 
     def all_loops(self) -> list[Loop]:
         """Healed loops and the ones still open at the end of the run, by first discard."""

@@ -234,17 +234,19 @@ class Prefetcher:
         could never be staged."""
         return self.parks_rate_limited and self.host.can_ever_stage(op.reported_pages)
 
-    def retry_after(self, outcome: str, attempts: int) -> float | None:
-        """Seconds until a missed prefetch is re-issued, or None when it is not retried (an
-        interval of 0 turns retries off, as SGLang's poll interval 0 does)."""
+    def retry_after(self, op: PrefetchOp, outcome: str, attempts: int) -> float | None:
+        """Seconds until a missed prefetch is re-issued, or None when it is not retried: not
+        after an op its policy stopped (SGLang revokes those without marking a miss), not for a
+        hit that could never be staged (asking again gets the same answer), and never with an
+        interval of 0 (as SGLang's poll interval 0)."""
         retry = self.retry
-        if (
-            outcome not in RETRIED_OUTCOMES
-            or attempts >= retry.max_attempts
-            or retry.interval_s <= 0
-        ):
+        if outcome not in RETRIED_OUTCOMES or op.terminated or retry.interval_s <= 0:
             return None
-        return self.retry.interval_s
+        if attempts >= retry.max_attempts:
+            return None
+        if outcome == "declined" and not self.host.can_ever_stage(op.reported_pages):
+            return None
+        return retry.interval_s
 
     def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float) -> int:
         """Drop the beliefs the query contradicts; returns how many.
@@ -312,7 +314,7 @@ class Prefetcher:
             loaded = op.completed_pages
             fills = {t.pool: t.keys for t in op.aux if t.keys is not None}
             self.write_path.believe(span[:loaded], fills)
-            self.loops.on_success(span[:loaded], now_s)
+            self.loops.on_success(span, loaded, now_s)
             return Resolution("success", op.start_page + loaded)
         dropped = self.write_path.forget(self.heal(op))
         if self.write_path.per_pool:
