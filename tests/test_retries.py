@@ -177,6 +177,7 @@ def test_a_hit_that_could_never_be_staged_is_declined_once() -> None:
     """Spans of 64 pages against a 40-page host (36 for loads): asking again cannot help."""
     result = queued_run(**{"host.pages": 40, "prefetch.policy": "wait_complete"})
     assert result.summary["prefetch_declined"] > 0
-    assert result.summary["prefetch_retries"] == 0 or (
-        result.tables["prefetches"].query("attempt > 0")["outcome"] != "declined"
-    ).all()
+    assert (
+        result.summary["prefetch_retries"] == 0
+        or (result.tables["prefetches"].query("attempt > 0")["outcome"] != "declined").all()
+    )
