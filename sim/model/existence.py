@@ -80,7 +80,10 @@ class ExistenceCache:
     def invalidate_beyond(self, span: Sequence[int], keep_pages: int) -> list[int]:
         """Drop the beliefs of span[keep_pages:]; returns the keys that were actually believed."""
         lru = self._lru
-        dropped = [key for key in span[max(0, keep_pages) :] if key in lru]
+        tail = span[max(0, keep_pages) :]
+        if lru.keys().isdisjoint(tail):
+            return []
+        dropped = [key for key in tail if key in lru]
         for key in dropped:
             lru.pop(key, None)
         return dropped
