@@ -57,7 +57,8 @@ def meta(result_wall_s: float, seed: int) -> dict[str, Any]:
 
 
 def write_run(result: RunResult, directory: Path) -> None:
-    """The run directory of DESIGN 4.3, into `directory` (which must not exist yet)."""
+    """A run directory (summary.json, config.resolved.yaml, meta.json, one Parquet file per
+    table; docs/metrics.md) written into `directory`, which must not exist yet."""
     directory.mkdir(parents=True)
     (directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
     (directory / "config.resolved.yaml").write_text(
