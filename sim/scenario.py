@@ -192,6 +192,12 @@ class Scenario(Strict):
                 raise KeyedError(
                     f"device.{key}", f"required because the model has a {kind.name} pool"
                 )
+        for name in pools:
+            tokens = getattr(self.model.pool_spec(name), "checkpoint_tokens", None)
+            if tokens is not None and tokens % self.model.page_size:
+                raise KeyedError(
+                    f"model.{name}.checkpoint_tokens", "must be a multiple of model.page_size"
+                )
         for pool in self.storage.pools:
             if pool not in pools:
                 raise KeyedError(f"storage.pools.{pool}", f"the model has no {pool} pool")

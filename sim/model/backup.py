@@ -133,10 +133,13 @@ def aux_backup_keys(
     """Aux keys a node write stores, decided at staging: only state still on the device.
 
     Each aux pool whose state the node still holds writes its tail at the node's end (SWA: the
-    trailing min(window, node pages) pages; Mamba: the state keyed by the last page).
+    trailing min(window, node pages) pages; Mamba: the state keyed by the last page), and with
+    checkpoints also at each checkpoint inside the node. A node's end never moves (a split
+    keeps the lower half), so `pages` start at `node.end - len(pages)`.
     """
     resident = node.resident_aux
-    return {pool.name: pool.backup_keys(pages) for pool in aux if pool.name in resident}
+    start = node.end - len(pages)
+    return {pool.name: pool.backup_keys(pages, start) for pool in aux if pool.name in resident}
 
 
 class WritePath:

@@ -65,6 +65,17 @@ class PoolSpec(Strict):
         """Trailing pages an endpoint needs; None means every page of the span."""
         return None
 
+    def checkpoint_pages(self, page_size: int) -> int | None:
+        """Every how many pages a backup also writes this pool's tail inside a node (None:
+        only at the node's end)."""
+        tokens = getattr(self, "checkpoint_tokens", None)
+        return None if tokens is None else tokens // page_size
+
+
+CheckpointTokens = Annotated[int, Field(strict=True, ge=1, le=2**24)] | None
+"""Aux checkpoints (SGLang: Mamba's `mamba_track_interval` under the extra_buffer strategy, an
+SWA window every N tokens in open PR #27557): a multiple of the page size, or null."""
+
 
 class KVPoolSpec(PoolSpec):
     bytes_per_token: Bytes
@@ -76,6 +87,7 @@ class KVPoolSpec(PoolSpec):
 class SWAPoolSpec(PoolSpec):
     window_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)]
     bytes_per_token: Bytes
+    checkpoint_tokens: CheckpointTokens = None
 
     def object_bytes(self, page_size: int) -> int:
         return page_size * self.bytes_per_token
@@ -87,6 +99,7 @@ class SWAPoolSpec(PoolSpec):
 
 class MambaPoolSpec(PoolSpec):
     state_bytes: Bytes
+    checkpoint_tokens: CheckpointTokens = None
 
     def object_bytes(self, page_size: int) -> int:
         return self.state_bytes
@@ -150,10 +163,17 @@ class Pool:
     kind: PoolKind
     object_bytes: int
     tail_pages: int | None
+    checkpoint_pages: int | None = None
+    """A backup also writes the tail at every multiple of this many pages inside a node."""
 
     @classmethod
     def of(cls, kind: PoolKind, spec: PoolSpec, page_size: int) -> Pool:
-        return cls(kind, spec.object_bytes(page_size), spec.tail_pages(page_size))
+        return cls(
+            kind,
+            spec.object_bytes(page_size),
+            spec.tail_pages(page_size),
+            spec.checkpoint_pages(page_size),
+        )
 
     @property
     def name(self) -> str:
@@ -185,6 +205,15 @@ class Pool:
             return None
         return self.tail_keys(hit_span, len(hit_span))
 
-    def backup_keys(self, node_pages: Sequence[int]) -> tuple[int, ...]:
-        """Keys a node's backup writes for this pool: its tail at the node's end."""
-        return self.tail_keys(node_pages, len(node_pages))
+    def backup_keys(self, node_pages: Sequence[int], start: int = 0) -> tuple[int, ...]:
+        """Keys a node's backup writes for this pool: its tail at the node's end and, with
+        checkpoints, at every absolute page index inside the node that is a multiple of the
+        interval (`start`: the node's first page index). Tails are taken within the node, as
+        at its end."""
+        end = len(node_pages)
+        every = self.checkpoint_pages
+        if every is None:
+            return self.tail_keys(node_pages, end)
+        first = every - start % every
+        ends = [*range(first, end, every), end]
+        return tuple(dict.fromkeys(k for e in ends for k in self.tail_keys(node_pages, e)))
