@@ -68,6 +68,7 @@ def run(
         counters={"hit_query_dropped_beliefs": sim.prefetcher.hit_query_dropped_beliefs},
     )
     summary.update(sim.storage.counters())
+    summary.update(sim.tree.counters())
     return RunResult(scenario, summary, tables, loops)
 
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from sim.engine.simulation import Simulation
-from sim.outputs.metrics import WALL_CLOCK_KEYS
+from sim.outputs.metrics import WALL_CLOCK_KEYS, is_summary_key
 from sim.runner import run
 from sim.scenario import load_scenario
 from tests.conftest import REPO, make_scenario
@@ -219,3 +219,16 @@ def test_per_pool_beliefs_heal_an_aux_blind_exists_whatever_the_heal_rule() -> N
     assert none["heal_rate"] >= 0.8 and kv_none["heal_rate"] <= 0.3
     assert none["prefetch_discarded"] * 2 <= kv_none["prefetch_discarded"]
     assert none["rewrite_pages"] > 0 and none["heal_dropped_beliefs"] > 0
+
+
+def test_device_counters_reach_the_summary_and_count_what_the_tree_dropped() -> None:
+    """A small device SWA pool tombstones SWA pages while their KV stays; the summary says how
+    many, per pool and in the pool's own unit."""
+    small = run(make_scenario(**{"device.swa_pages": 200})).summary
+    roomy = run(make_scenario()).summary
+    assert small["device_swa_dropped_pages"] > 0 == roomy["device_swa_dropped_pages"]
+    assert small["device_evicted_pages"] >= 0 and "device_mamba_dropped_slots" not in small
+    for key in ("device_evicted_pages", "device_swa_dropped_pages", "device_mamba_dropped_slots"):
+        assert is_summary_key(key)
+    assert not is_summary_key("device_kv_dropped_pages")
+    assert not is_summary_key("device_swa_dropped_slots")

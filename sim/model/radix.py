@@ -67,6 +67,7 @@ class RadixTree:
         self.tombstoned = dict.fromkeys(aux, 0)
         """Units of each aux pool freed under that pool's own pressure while the node's KV
         stayed (SWA: tombstoned pages; Mamba: evicted states)."""
+        self.units = {name: residency.unit for name, (residency, _) in aux.items()}
         self.host = (
             None
             if host_cache_pages is None
@@ -79,6 +80,17 @@ class RadixTree:
     @property
     def host_used(self) -> int:
         return 0 if self.host is None else self.host.used
+
+    def counters(self) -> dict[str, int]:
+        """Whole-run device counters for the summary: KV pages evicted, and per aux pool the
+        units it dropped while the KV stayed (`device_<pool>_dropped_<unit>`)."""
+        return {
+            "device_evicted_pages": self.device_evicted_pages,
+            **{
+                f"device_{name}_dropped_{self.units[name]}": count
+                for name, count in self.tombstoned.items()
+            },
+        }
 
     def used(self, pool: str) -> int:
         """Device units in use for a pool: KV pages, aux pages or slots."""

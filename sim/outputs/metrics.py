@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from sim.model.loops import Loop
-from sim.model.pools import POOL_KINDS
+from sim.model.pools import KV, POOL_KINDS
 from sim.model.storage import STORAGE_COUNTERS
 
 SUMMARY_KEYS = (
@@ -69,9 +69,16 @@ WALL_CLOCK_KEYS = ("wall_s",)
 
 
 def is_summary_key(name: str) -> bool:
-    """Is `name` a key every summary has (contract, extra, or a per-pool storage counter)?"""
-    if name in SUMMARY_KEYS or name in EXTRA_KEYS:
+    """Is `name` a key a summary can have (contract, extra, or a per-pool storage or device
+    counter)?"""
+    if name in SUMMARY_KEYS or name in EXTRA_KEYS or name == "device_evicted_pages":
         return True
+    if name.startswith("device_"):
+        return any(
+            name == f"device_{kind.name}_dropped_{kind.residency.unit}"
+            for kind in POOL_KINDS.values()
+            if kind.name != KV
+        )
     return name.startswith("storage_") and any(
         name == f"storage_{pool}_{counter}" for pool in POOL_KINDS for counter in STORAGE_COUNTERS
     )
