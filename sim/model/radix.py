@@ -37,6 +37,14 @@ class Match:
     host_node: Node
 
 
+DEVICE_EVICTED_KEY = "device_evicted_pages"
+
+
+def device_dropped_key(pool: str, residency: Residency) -> str:
+    """The summary key counting what the device dropped of an aux pool, in its own unit."""
+    return f"device_{pool}_dropped_{residency.unit}"
+
+
 class RadixTree:
     """Radix tree plus device (and, in cache mode, host) capacity accounting."""
 
@@ -67,7 +75,6 @@ class RadixTree:
         self.tombstoned = dict.fromkeys(aux, 0)
         """Units of each aux pool freed under that pool's own pressure while the node's KV
         stayed (SWA: tombstoned pages; Mamba: evicted states)."""
-        self.units = {name: residency.unit for name, (residency, _) in aux.items()}
         self.host = (
             None
             if host_cache_pages is None
@@ -85,9 +92,9 @@ class RadixTree:
         """Whole-run device counters for the summary: KV pages evicted, and per aux pool the
         units it dropped while the KV stayed (`device_<pool>_dropped_<unit>`)."""
         return {
-            "device_evicted_pages": self.device_evicted_pages,
+            DEVICE_EVICTED_KEY: self.device_evicted_pages,
             **{
-                f"device_{name}_dropped_{self.units[name]}": count
+                device_dropped_key(name, self.residency[name]): count
                 for name, count in self.tombstoned.items()
             },
         }

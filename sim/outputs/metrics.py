@@ -10,6 +10,7 @@ import pandas as pd
 
 from sim.model.loops import Loop
 from sim.model.pools import KV, POOL_KINDS
+from sim.model.radix import DEVICE_EVICTED_KEY, device_dropped_key
 from sim.model.storage import STORAGE_COUNTERS
 
 SUMMARY_KEYS = (
@@ -71,11 +72,11 @@ WALL_CLOCK_KEYS = ("wall_s",)
 def is_summary_key(name: str) -> bool:
     """Is `name` a key a summary can have (contract, extra, or a per-pool storage or device
     counter)?"""
-    if name in SUMMARY_KEYS or name in EXTRA_KEYS or name == "device_evicted_pages":
+    if name in SUMMARY_KEYS or name in EXTRA_KEYS or name == DEVICE_EVICTED_KEY:
         return True
     if name.startswith("device_"):
         return any(
-            name == f"device_{kind.name}_dropped_{kind.residency.unit}"
+            name == device_dropped_key(kind.name, kind.residency)
             for kind in POOL_KINDS.values()
             if kind.name != KV
         )
