@@ -61,7 +61,8 @@ def run(
     summary = summarize(
         tables,
         loops,
-        aux_pools=[pool.name for pool in sim.storage.aux],
+        aux_pools=[pool.kind for pool in sim.storage.aux],
+        page_size=scenario.model.page_size,
         warmup_s=scenario.warmup_s,
         events=sim.env.events,
         wall_s=wall_s,

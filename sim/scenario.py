@@ -73,9 +73,14 @@ class ModelSpec(Strict):
 
 
 class DeviceSpec(Strict):
-    """`device:` — KV pages, and `<pool>_<unit>` for each aux pool the model has."""
+    """`device:` — KV pages, `<pool>_<unit>` for each aux pool the model has, and how the
+    device retains per-page aux values."""
 
     kv_pages: PositiveInt
+    swa_retention: Literal["window", "whole_node"] = "window"
+    """`window` (SGLang today): out-of-window freeing, windows kept at insert ends, chunk ends,
+    branch points and checkpoints only; `whole_node`: every page of a node keeps its values
+    (this simulator's earlier model), for comparison."""
 
     def capacity(self, pool: str) -> int:
         """Device capacity of an aux pool in its own unit (pages or slots)."""
@@ -143,6 +148,9 @@ class PrefetchSpec(Strict):
 class ComputeSpec(Strict):
     prefill_tokens_per_s: PositiveFloat = 20000.0
     decode_ms_per_token: NonNegFloat = 20.0
+    chunk_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = 8192
+    """Chunked prefill (SGLang's --chunked-prefill-size): every chunk end is an insert, so a
+    node end with its aux state kept; null: one pass."""
 
 
 class SweepSpec(Strict):

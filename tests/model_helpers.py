@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from sim.model.pools import KV, POOL_KINDS, Pool, Residency
-from sim.model.radix import Node, RadixTree
+from sim.model.radix import AuxDevice, Node, RadixTree
 from sim.model.storage import Storage, StoragePool
 
 
@@ -16,14 +16,34 @@ def make_tree(
     swa: int | None = None,
     mamba: int | None = None,
     host: int | None = None,
+    *,
+    window: int | None = None,
+    swa_checkpoint: int | None = None,
+    mamba_checkpoint: int | None = None,
 ) -> RadixTree:
-    """A tree with a device SWA pool of `swa` pages and a Mamba pool of `mamba` slots."""
+    """A tree with a device SWA pool of `swa` pages and a Mamba pool of `mamba` slots; with a
+    `window` (in pages), SWA values are kept only in windows (window retention)."""
     aux = {}
     if swa is not None:
-        aux["swa"] = (Residency.PAGE_VALUES, swa)
+        aux["swa"] = AuxDevice(Residency.PAGE_VALUES, swa, window, swa_checkpoint)
     if mamba is not None:
-        aux["mamba"] = (Residency.END_STATE, mamba)
-    return RadixTree(kv_pages=kv, aux=aux, host_cache_pages=host)
+        aux["mamba"] = AuxDevice(Residency.END_STATE, mamba, None, mamba_checkpoint)
+    return RadixTree(
+        kv_pages=kv, aux=aux, host_cache_pages=host, window_retention=window is not None
+    )
+
+
+def held_units(node: Node, name: str) -> int:
+    """Device units a node holds of an aux pool (every page, or its points' units)."""
+    if name not in node.resident_aux:
+        return 0
+    points = node.resident_aux[name]
+    return len(node.pages) if points is None else sum(points.values())
+
+
+def points(node: Node, name: str) -> list[int]:
+    """The resume points a node holds of an aux pool (absolute page indices)."""
+    return sorted(node.resident_aux.get(name) or ())
 
 
 def pool(name: str, tail_pages: int | None = None, object_bytes: int = 1) -> Pool:

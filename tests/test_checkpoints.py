@@ -36,7 +36,7 @@ def test_a_checkpoint_must_be_a_multiple_of_the_page() -> None:
     assert err.value.key == "model.swa.checkpoint_tokens"
 
 
-def cut_hole(checkpoint_tokens: int | None) -> dict[str, object]:
+def cut_hole(checkpoint_tokens: int | None, retention: str = "window") -> dict[str, object]:
     every = "null" if checkpoint_tokens is None else checkpoint_tokens
     scenario = load_scenario(
         REPO / "scenarios" / "cut_hole.yaml",
@@ -44,17 +44,18 @@ def cut_hole(checkpoint_tokens: int | None) -> dict[str, object]:
             "duration_s=300",
             "warmup_s=30",
             f"model.swa.checkpoint_tokens={every}",
+            f"device.swa_retention={retention}",
         ],
     )
     return run(scenario).summary
 
 
 def test_swa_checkpoints_at_the_context_end_restore_a_context_no_node_end_holds() -> None:
-    """A shared 4 Ki-token context, then distinct questions: without checkpoints no SWA tail is
-    ever written at the context's end and nothing is restored; checkpoints every 512 tokens
-    (the end is a multiple) restore it; per-page checkpoints restore no more, at more SWA
-    objects written."""
-    none, coarse, fine = (cut_hole(c) for c in (None, 512, 64))
+    """A shared 4 Ki-token context, then distinct questions, with whole-node retention (no
+    branch-point windows): without checkpoints no SWA tail is ever written at the context's end
+    and nothing is restored; checkpoints every 512 tokens (the end is a multiple) restore it;
+    per-page checkpoints restore no more, at more SWA objects written."""
+    none, coarse, fine = (cut_hole(c, "whole_node") for c in (None, 512, 64))
     assert none["l3_loaded_tokens"] == 0 and none["prefetch_discarded"] == 0
     assert coarse["l3_loaded_tokens"] > 0 and coarse["prefetch_discarded"] == 0
     assert fine["l3_loaded_tokens"] == coarse["l3_loaded_tokens"]
@@ -63,3 +64,16 @@ def test_swa_checkpoints_at_the_context_end_restore_a_context_no_node_end_holds(
         < coarse["storage_swa_put_inserts"]
         < fine["storage_swa_put_inserts"]
     )
+
+
+def test_under_window_retention_the_branch_point_restores_the_context_without_checkpoints() -> None:
+    """SGLang today keeps the window where a request left the tree, so the context's end becomes
+    a node end whose SWA tail is written once the hit-query heal has dropped the context's
+    beliefs: storage restores the context without any checkpoint. Checkpoints that fall on the
+    context end put the tail in storage with the first write and on the device with the first
+    prefill, so they restore more, sooner, and nothing is backed off on the device."""
+    window, coarse = cut_hole(None), cut_hole(512)
+    assert window["l3_loaded_tokens"] > 0 and window["prefetch_discarded"] == 0
+    assert window["device_backoff_tokens"] > 0 == coarse["device_backoff_tokens"]
+    assert coarse["l3_loaded_tokens"] > window["l3_loaded_tokens"]
+    assert coarse["written_swa_objects"] > window["written_swa_objects"]

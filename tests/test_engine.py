@@ -224,11 +224,19 @@ def test_per_pool_beliefs_heal_an_aux_blind_exists_whatever_the_heal_rule() -> N
 def test_device_counters_reach_the_summary_and_count_what_the_tree_dropped() -> None:
     """A small device SWA pool tombstones SWA pages while their KV stays; the summary says how
     many, per pool and in the pool's own unit."""
-    small = run(make_scenario(**{"device.swa_pages": 200})).summary
+    small = run(make_scenario(**{"device.swa_pages": 10})).summary
     roomy = run(make_scenario()).summary
     assert small["device_swa_dropped_pages"] > 0 == roomy["device_swa_dropped_pages"]
     assert small["device_evicted_pages"] >= 0 and "device_mamba_dropped_slots" not in small
-    for key in ("device_evicted_pages", "device_swa_dropped_pages", "device_mamba_dropped_slots"):
+    assert roomy["device_swa_freed_out_of_window_pages"] > 0
+    whole = run(make_scenario(**{"device.swa_retention": "whole_node"})).summary
+    assert whole["device_swa_freed_out_of_window_pages"] == 0
+    for key in (
+        "device_evicted_pages",
+        "device_swa_dropped_pages",
+        "device_mamba_dropped_slots",
+        "device_swa_freed_out_of_window_pages",
+    ):
         assert is_summary_key(key)
     assert not is_summary_key("device_kv_dropped_pages")
     assert not is_summary_key("device_swa_dropped_slots")

@@ -265,7 +265,8 @@ def test_gate_on_a_real_split_tree() -> None:
 
 def resident_node(pages: list[int], *, swa: bool, mamba: bool) -> Node:
     node = Node(1, pages, Node(0, [], None, 0), 0)
-    node.resident_aux = {name for name, held in (("swa", swa), ("mamba", mamba)) if held}
+    held = {"swa": None, "mamba": {node.end: 1}}
+    node.resident_aux = {name: held[name] for name, on in (("swa", swa), ("mamba", mamba)) if on}
     return node
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.radix import Node, RadixTree
-from tests.model_helpers import make_tree, resident
+from tests.model_helpers import held_units, make_tree, points, resident
 
 
 def child(node: Node, first_page: int) -> Node:
@@ -280,7 +280,7 @@ class Driver:
         need = len(chain) - match.device_pages
         slots = 1 if ("mamba" in tree.aux) else 0
         if tree.reserve(need, slots):
-            node, _ = tree.insert(chain, self.now)
+            node, _ = tree.insert(chain, self.now, computed_from=match.device_pages)
             self.inserted.append(chain)
             tree.release(need, slots)
             tree.lock(node)
@@ -336,11 +336,17 @@ class Driver:
         assert tree.kv.reserved == sum(kv for kv, _ in self.reservations)
         if "swa" in tree.aux:
             assert tree.aux["swa"].used <= tree.aux["swa"].capacity
-            assert tree.aux["swa"].used == sum(len(n.pages) for n in nodes if resident(n, "swa"))
+            assert tree.aux["swa"].used == sum(held_units(n, "swa") for n in nodes)
         if "mamba" in tree.aux:
             assert tree.aux["mamba"].used + tree.aux["mamba"].reserved <= tree.aux["mamba"].capacity
-            assert tree.aux["mamba"].used == sum(1 for n in nodes if resident(n, "mamba"))
+            assert tree.aux["mamba"].used == sum(held_units(n, "mamba") for n in nodes)
             assert tree.aux["mamba"].reserved == sum(s for _, s in self.reservations)
+        for node in nodes:
+            for name, held in node.resident_aux.items():
+                assert held is None or held, "a held pool has at least one point"
+                for point, units in (held or {}).items():
+                    assert node.start < point <= node.end
+                    assert 1 <= units <= (tree.window.get(name) or 1)
 
         prefix: dict[int, list[int]] = {id(tree.root): []}
         stack = [tree.root]
@@ -383,14 +389,112 @@ op_strategy = st.one_of(
     kv=st.integers(4, 30),
     swa=st.one_of(st.none(), st.integers(2, 20)),
     mamba=st.one_of(st.none(), st.integers(1, 4)),
+    window=st.one_of(st.none(), st.integers(1, 4)),
+    checkpoint=st.one_of(st.none(), st.integers(1, 5)),
     ops=st.lists(op_strategy, max_size=40),
 )
 def test_random_operation_sequences_keep_invariants(
-    kv: int, swa: int | None, mamba: int | None, ops: list[Op]
+    kv: int,
+    swa: int | None,
+    mamba: int | None,
+    window: int | None,
+    checkpoint: int | None,
+    ops: list[Op],
 ) -> None:
-    """Capacity, accounting, structure and lock invariants hold after every step."""
-    driver = Driver(make_tree(kv=kv, swa=swa, mamba=mamba))
+    """Capacity, accounting, structure and lock invariants hold after every step, under both
+    retentions and with checkpoints."""
+    tree = make_tree(
+        kv=kv,
+        swa=swa,
+        mamba=mamba,
+        window=window,
+        swa_checkpoint=checkpoint,
+        mamba_checkpoint=checkpoint,
+    )
+    driver = Driver(tree)
     driver.check()
     for op in ops:
         driver.apply(op)
         driver.check()
+
+
+# ---------------------------------------------------------------- window retention
+
+
+def test_window_retention_keeps_only_the_window_before_the_insert_end() -> None:
+    """A 10-page prompt computed from scratch keeps SWA for its last 2 pages; 8 are freed."""
+    tree = make_tree(swa=50, window=2)
+    node, _ = tree.insert(list(range(1, 11)), 1.0, computed_from=0)
+    assert points(node, "swa") == [10] and held_units(node, "swa") == 2
+    assert tree.aux["swa"].used == 2
+    assert tree.counters()["device_swa_freed_out_of_window_pages"] == 8
+
+
+def test_a_match_resumes_only_where_a_window_is_held_and_reports_the_backoff() -> None:
+    tree = make_tree(swa=50, window=2)
+    tree.insert(list(range(1, 11)), 1.0, computed_from=0)
+    at_end = tree.match(list(range(1, 13)))
+    assert (at_end.device_pages, at_end.device_kv_pages) == (10, 10)
+    inside = tree.match([*range(1, 7), 99])
+    assert (inside.device_pages, inside.device_kv_pages) == (0, 6)
+
+
+def test_whole_node_retention_resumes_anywhere_in_a_resident_node() -> None:
+    tree = make_tree(swa=50)
+    tree.insert(list(range(1, 11)), 1.0, computed_from=0)
+    inside = tree.match([*range(1, 7), 99])
+    assert (inside.device_pages, inside.device_kv_pages) == (6, 6)
+
+
+def test_a_branch_point_keeps_the_window_where_the_request_left_the_tree() -> None:
+    """[1..10] then [1..6, 20, 21] computed from 0: the split at 6 keeps a window there, so a
+    third request sharing [1..6] resumes at 6 (SGLang's branching-point caching)."""
+    tree = make_tree(swa=50, window=2)
+    tree.insert(list(range(1, 11)), 1.0, computed_from=0)
+    leaf, _ = tree.insert([*range(1, 7), 20, 21], 2.0, computed_from=0)
+    upper = leaf.parent
+    assert upper is not None and upper.end == 6 and points(upper, "swa") == [6]
+    assert tree.match([*range(1, 7), 30]).device_pages == 6
+
+
+def test_no_branch_window_where_the_request_did_not_compute() -> None:
+    """A request that resumed past the branch point (loaded it) keeps no window there."""
+    tree = make_tree(swa=50, window=2)
+    tree.insert(list(range(1, 11)), 1.0, computed_from=0)
+    leaf, _ = tree.insert([*range(1, 7), 20, 21], 2.0, computed_from=7)
+    assert leaf.parent is not None and points(leaf.parent, "swa") == []
+
+
+def test_mamba_keeps_a_state_at_the_branch_point_under_window_retention_only() -> None:
+    for window, expected in ((2, [6]), (None, [])):
+        tree = make_tree(swa=50, mamba=8, window=window)
+        tree.insert(list(range(1, 11)), 1.0, computed_from=0)
+        leaf, _ = tree.insert([*range(1, 7), 20, 21], 2.0, computed_from=0)
+        assert leaf.parent is not None and points(leaf.parent, "mamba") == expected
+
+
+def test_checkpoints_keep_a_state_at_every_multiple_the_request_computed() -> None:
+    tree = make_tree(swa=50, mamba=8, window=2, swa_checkpoint=4, mamba_checkpoint=4)
+    node, _ = tree.insert(list(range(1, 11)), 1.0, computed_from=2)
+    assert points(node, "swa") == [4, 8, 10] and points(node, "mamba") == [4, 8, 10]
+    assert tree.aux["mamba"].used == 3
+    assert tree.match([*range(1, 10), 99]).device_pages == 8
+
+
+def test_overlapping_windows_count_each_page_once() -> None:
+    """Per-page checkpoints with a 2-page window: every page is held exactly once."""
+    tree = make_tree(swa=50, window=2, swa_checkpoint=1)
+    node, _ = tree.insert(list(range(1, 11)), 1.0, computed_from=0)
+    assert points(node, "swa") == list(range(1, 11))
+    assert held_units(node, "swa") == 10 == tree.aux["swa"].used
+
+
+def test_a_split_moves_the_points_above_the_cut_to_the_upper_node() -> None:
+    tree = make_tree(swa=50, mamba=8, window=2, swa_checkpoint=4, mamba_checkpoint=4)
+    node, _ = tree.insert(list(range(1, 11)), 1.0, computed_from=0)
+    tree.insert([*range(1, 6), 50], 2.0, computed_from=5)
+    upper = node.parent
+    assert upper is not None and upper.end == 5
+    assert points(upper, "swa") == [4] and points(node, "swa") == [8, 10]
+    assert held_units(upper, "swa") + held_units(node, "swa") == 6
+    assert tree.aux["swa"].used == 8, "the new leaf's window at 6 reaches into the upper node"

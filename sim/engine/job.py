@@ -27,6 +27,8 @@ class Job:
     recomputed_tokens: int = 0
     wake_at: float | None = None
     retries: int = 0
+    backoff_pages: int = 0
+    """Device KV pages matched at arrival past the last legal resume point (recomputed)."""
     """Prefetches re-issued for this request after a miss."""
 
     def record(self, outcome: str, finish_s: float | None, page_size: int) -> RequestRecord:
@@ -39,6 +41,7 @@ class Job:
             output_tokens=req.output_tokens,
             device_hit_tokens=self.device_pages * page_size,
             host_hit_tokens=(self.host_pages - self.device_pages) * page_size,
+            device_backoff_tokens=self.backoff_pages * page_size,
             l3_hit_tokens=(op.hit_pages if op is not None else 0) * page_size,
             l3_loaded_tokens=self.l3_loaded_pages * page_size,
             recomputed_tokens=self.recomputed_tokens,

@@ -26,6 +26,7 @@ class RequestRecord(NamedTuple):
     output_tokens: int
     device_hit_tokens: int
     host_hit_tokens: int
+    device_backoff_tokens: int
     l3_hit_tokens: int
     l3_loaded_tokens: int
     recomputed_tokens: int

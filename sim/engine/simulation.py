@@ -138,6 +138,7 @@ class Simulation:
         prompt = req.pages[: req.prompt_pages]
         match = self.tree.match(prompt)
         job = Job(req, match.host_node, match.device_pages, match.host_pages)
+        job.backoff_pages = match.device_kv_pages - match.device_pages
         if len(req.pages) + 1 > self.tree.kv.capacity:
             self._record_request(job, "rejected")
             return
@@ -294,20 +295,43 @@ class Simulation:
         return False
 
     def prefill(self, job: Job) -> Generator[simpy.Event, Any, None]:
+        """Load what the device, host or storage holds, then compute the rest chunk by chunk:
+        each chunk end is an insert (SGLang's cache_unfinished_req), the last one at the first
+        token."""
         env, req, tree = self.env, job.req, self.tree
+        page_size, timing = self.model.page_size, self.model.timing
         job.admitted_s = env.now
         self.running[req.rid] = job
         prompt = req.pages[: req.prompt_pages]
         loaded_end = self._resolve_prefetch(job)
         match = tree.match(prompt)
         covered = max(match.host_pages, loaded_end, match.device_pages)
-        self._insert(job, prompt[:covered], backed_up=loaded_end >= covered > match.device_pages)
-        job.recomputed_tokens = req.prompt_tokens - covered * self.model.page_size
-        yield env.timeout(
-            self.model.timing.prefill_s(job.recomputed_tokens, covered - match.device_pages)
+        self._insert(
+            job,
+            prompt[:covered],
+            computed_from=covered,
+            backed_up=loaded_end >= covered > match.device_pages,
         )
+        job.recomputed_tokens = req.prompt_tokens - covered * page_size
+        loaded_pages, start_token, computed_from = (
+            covered - match.device_pages,
+            covered * page_size,
+            covered,
+        )
+        for end_token in timing.chunks(start_token, req.prompt_tokens):
+            yield env.timeout(timing.prefill_s(end_token - start_token, loaded_pages))
+            loaded_pages, start_token = 0, end_token
+            chunk_end = end_token // page_size
+            if end_token < req.prompt_tokens and chunk_end > computed_from:
+                self._insert(job, prompt[:chunk_end], computed_from=computed_from)
+                computed_from = chunk_end
         job.first_token_s = env.now
-        self._insert(job, prompt, backed_up=False, backup_path=self.model.buffer_only)
+        self._insert(
+            job,
+            prompt,
+            computed_from=computed_from,
+            backup_path=self.model.buffer_only,
+        )
         env.process(self.decoding(job))
 
     def _resolve_prefetch(self, job: Job) -> int:
@@ -329,14 +353,24 @@ class Simulation:
         return resolution.loaded_end
 
     def _insert(
-        self, job: Job, pages: list[int], *, backed_up: bool, backup_path: bool = False
+        self,
+        job: Job,
+        pages: list[int],
+        *,
+        computed_from: int,
+        backed_up: bool = False,
+        backup_path: bool = False,
     ) -> None:
         """Insert on the device against the job's reservation, move the job's lock to the new
         end, and offer the nodes the write path asks for (`backup_path`: the whole path)."""
         tree = self.tree
         before = tree.kv.used
         node, new_nodes = tree.insert(
-            pages, self.env.now, backed_up=backed_up, host_copy=not self.model.buffer_only
+            pages,
+            self.env.now,
+            backed_up=backed_up,
+            host_copy=not self.model.buffer_only,
+            computed_from=computed_from,
         )
         take = min(tree.kv.used - before, job.reserved_kv)
         job.reserved_kv -= take
@@ -352,7 +386,7 @@ class Simulation:
 
     def decoding(self, job: Job) -> Generator[simpy.Event, Any, None]:
         yield self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
-        self._insert(job, job.req.pages, backed_up=False)
+        self._insert(job, job.req.pages, computed_from=job.req.prompt_pages)
         self.tree.unlock(job.lock_node)
         self.tree.release(job.reserved_kv, 1)
         job.reserved_kv = 0

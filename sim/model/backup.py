@@ -132,14 +132,39 @@ def aux_backup_keys(
 ) -> dict[str, tuple[int, ...]]:
     """Aux keys a node write stores, decided at staging: only state still on the device.
 
-    Each aux pool whose state the node still holds writes its tail at the node's end (SWA: the
-    trailing min(window, node pages) pages; Mamba: the state keyed by the last page), and with
-    checkpoints also at each checkpoint inside the node. A node's end never moves (a split
-    keeps the lower half), so `pages` start at `node.end - len(pages)`.
+    A pool held for every page of the node writes its tail at the node's end (SWA: the
+    trailing min(window, node pages) pages of the node) and at each checkpoint inside it. A
+    pool held at resume points writes, for each point the node still holds, the tail that point
+    kept (SWA: the window before it, which may reach into the parent, as SGLang splits the tree
+    where a window starts; Mamba: the state keyed by the point's last page). A node's end never
+    moves (a split keeps the lower half), so `pages`, snapshotted at the offer, start at
+    `node.end - len(pages)`.
     """
     resident = node.resident_aux
     start = node.end - len(pages)
-    return {pool.name: pool.backup_keys(pages, start) for pool in aux if pool.name in resident}
+    keys: dict[str, tuple[int, ...]] = {}
+    for pool in aux:
+        if pool.name not in resident:
+            continue
+        points = resident[pool.name]
+        if points is None:
+            keys[pool.name] = pool.backup_keys(pages, start)
+            continue
+        held = sorted(p for p in points if p > start)
+        reach = 0 if not held else pool.tail_len(held[0]) - (held[0] - start)
+        before = _pages_before(node, reach) if reach > 0 else []
+        keys[pool.name] = pool.keys_at([*before, *pages], start - len(before), held)
+    return keys
+
+
+def _pages_before(node: Node, count: int) -> list[int]:
+    """The last `count` page keys of the chain before `node` (fewer near the root)."""
+    out: list[int] = []
+    parent = node.parent
+    while parent is not None and len(out) < count:
+        out[:0] = parent.pages[-(count - len(out)) :]
+        parent = parent.parent
+    return out
 
 
 class WritePath:

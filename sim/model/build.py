@@ -18,9 +18,9 @@ from sim.model.backup import WritePath
 from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
-from sim.model.pools import EVICTION_STREAM, KV, POOL_KINDS, WORKLOAD_STREAM, Pool
+from sim.model.pools import EVICTION_STREAM, KV, POOL_KINDS, WORKLOAD_STREAM, Pool, Residency
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
-from sim.model.radix import RadixTree
+from sim.model.radix import AuxDevice, RadixTree
 from sim.model.storage import GB, Storage, StoragePool
 
 if TYPE_CHECKING:
@@ -46,10 +46,19 @@ class Timing:
     pcie_bps: float
     load_bytes_per_page: int
     """Bytes a page restored from the host moves across PCIe: KV plus every per-page aux pool."""
+    chunk_tokens: int | None = None
 
     def prefill_s(self, recomputed_tokens: int, loaded_pages: int) -> float:
         load_bytes = loaded_pages * self.load_bytes_per_page
         return recomputed_tokens / self.prefill_tokens_per_s + load_bytes / self.pcie_bps
+
+    def chunks(self, start_token: int, end_token: int) -> list[int]:
+        """Token positions where the prefill of [start_token, end_token) ends its chunks, the
+        last being `end_token` (chunked prefill; one chunk without it)."""
+        every = self.chunk_tokens
+        if every is None or end_token - start_token <= every:
+            return [end_token]
+        return [*range(start_token + every, end_token, every), end_token]
 
     def decode_s(self, output_tokens: int) -> float:
         return output_tokens * self.decode_ms_per_token / 1000.0
@@ -102,8 +111,17 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
     aux = [pool for name, pool in pools.items() if name != KV]
     tree = RadixTree(
         kv_pages=scenario.device.kv_pages,
-        aux={p.name: (p.residency, scenario.device.capacity(p.name)) for p in aux},
+        aux={
+            p.name: AuxDevice(
+                p.residency,
+                scenario.device.capacity(p.name),
+                p.tail_pages if p.residency is Residency.PAGE_VALUES else None,
+                p.checkpoint_pages,
+            )
+            for p in aux
+        },
         host_cache_pages=None if buffer_only else scenario.host.pages,
+        window_retention=scenario.device.swa_retention == "window",
     )
     host = HostPool(scenario.host.pages, cached_pages=lambda: tree.host_used)
     stores = {name: _storage_pool(scenario, pool) for name, pool in pools.items()}
@@ -155,6 +173,7 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
         decode_ms_per_token=scenario.compute.decode_ms_per_token,
         pcie_bps=scenario.host.pcie_gbps * GB,
         load_bytes_per_page=sum(p.object_bytes for p in pools.values() if p.residency.per_page),
+        chunk_tokens=scenario.compute.chunk_tokens,
     )
     evictions = [
         Eviction(

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+Points = dict[int, int]
+"""Where a node holds one aux pool's state: absolute page index of each resume point -> the
+device units kept for it (SWA: the window's pages not already counted; Mamba: one slot)."""
+
 
 class Node:
     """A run of pages in the tree (SGLang: TreeNode).
 
     Its KV pages live on the device (`on_device`) and, in `cache` host mode, possibly on the
-    host (`on_host`). `resident_aux` names the aux pools whose state the node holds on the
-    device: per-page values such as SWA's (dropped — "tombstoned" — under pool pressure while
-    the KV stays) or the state at its end such as Mamba's. `host_aux` says its host copy carries
-    every aux pool's state too.
+    host (`on_host`). `resident_aux` maps each aux pool whose state the node holds on the device
+    to `None` (values for every page) or to its resume points; state is dropped ("tombstoned")
+    under pool pressure while the KV stays. `host_aux` says its host copy carries every aux
+    pool's state too.
     """
 
     __slots__ = (
@@ -40,7 +44,7 @@ class Node:
         self.on_device = False
         self.on_host = False
         self.host_aux = False
-        self.resident_aux: set[str] = set()
+        self.resident_aux: dict[str, Points | None] = {}
         self.backed_up = False
         self.alive = True
 

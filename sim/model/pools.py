@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated
@@ -206,14 +206,22 @@ class Pool:
         return self.tail_keys(hit_span, len(hit_span))
 
     def backup_keys(self, node_pages: Sequence[int], start: int = 0) -> tuple[int, ...]:
-        """Keys a node's backup writes for this pool: its tail at the node's end and, with
-        checkpoints, at every absolute page index inside the node that is a multiple of the
-        interval (`start`: the node's first page index). Tails are taken within the node, as
-        at its end."""
-        end = len(node_pages)
+        """Keys a backup of a node holding this pool for every page writes: its tail at the
+        node's end and, with checkpoints, at every absolute page index inside the node that is
+        a multiple of the interval (`start`: the node's first page index)."""
+        end = start + len(node_pages)
         every = self.checkpoint_pages
         if every is None:
-            return self.tail_keys(node_pages, end)
-        first = every - start % every
-        ends = [*range(first, end, every), end]
-        return tuple(dict.fromkeys(k for e in ends for k in self.tail_keys(node_pages, e)))
+            return self.keys_at(node_pages, start, (end,))
+        return self.keys_at(
+            node_pages, start, [*range(start + every - start % every, end, every), end]
+        )
+
+    def keys_at(
+        self, node_pages: Sequence[int], start: int, points: Iterable[int]
+    ) -> tuple[int, ...]:
+        """This pool's tail keys at each resume point (absolute page indices inside the run of
+        pages `node_pages`, the first at `start`), taken within that run."""
+        return tuple(
+            dict.fromkeys(k for p in points for k in self.tail_keys(node_pages, p - start))
+        )

@@ -2,15 +2,21 @@
 
 What each node holds on the device is accounted in `sim.model.device` (one `Resource` per KV,
 aux pool and host cache); this module decides which resources a tree operation takes or
-frees, and the rules that follow from a pool's `Residency`:
+frees, and where a prefix can resume on the device.
 
-- a prefix can be resumed on the device only at a point where every aux pool has its state, so
-  aux holes shorten device matches as they do in SGLang: per-page values must be resident in the
-  node the match ends in, an end state requires the match to end at that node's end;
-- a node brought to the device takes per-page values for all its pages if room can be made;
-  the node an insert ends at takes an end state;
-- splitting a node keeps per-page values in both halves but leaves the upper half without an
-  end state (the state exists only at the original end): the "aux hole at the cut".
+An aux pool's state in a node is either **whole** (values for every page, as KV: SWA under
+`whole_node` retention) or a set of **resume points** (absolute page indices inside the node
+where the pool holds what resuming there needs: an SWA window before the point, a Mamba state
+at it). A match may end only at a point every aux pool allows; whole pools allow any page of a
+resident node. Which points an insert keeps follows SGLang:
+
+- `whole_node` retention (the model before out-of-window freeing): per-page pools take every
+  page of a node brought to the device; end-state pools keep a state at the insert's end; a
+  split leaves the upper half without one (the "aux hole at the cut").
+- `window` retention (SGLang today: out-of-window SWA freeing, branching-point caching): a node
+  is born without SWA values; an insert keeps a window before its end, before the point where
+  the request left the tree (a branch point) when it computed through it, and at each aux
+  checkpoint it computed; every other value the request computed is freed.
 """
 
 from __future__ import annotations
@@ -19,12 +25,26 @@ import heapq
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sim.model.device import Resource
-from sim.model.node import Node
+from sim.model.node import Node, Points
 from sim.model.pools import KV, Residency
 
-__all__ = ["Match", "Node", "RadixTree"]
+__all__ = ["AuxDevice", "Match", "Node", "RadixTree"]
+
+
+class AuxDevice(NamedTuple):
+    """An aux pool as the device holds it."""
+
+    residency: Residency
+    capacity: int
+    """Device units: pages (per-page values) or slots (end states)."""
+    window_pages: int | None = None
+    """Pages of values a per-page pool needs before a resume point (SWA's window); None: every
+    page, so such a pool is always held for whole nodes."""
+    checkpoint_pages: int | None = None
+    """Aux checkpoints: the device also keeps the pool's state at every multiple it computes."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +55,9 @@ class Match:
     host_pages: int
     device_node: Node
     host_node: Node
+    device_kv_pages: int = 0
+    """How far the chain's KV is on the device; beyond `device_pages` it is backed off
+    (recomputed) because some aux pool holds nothing to resume there."""
 
 
 DEVICE_EVICTED_KEY = "device_evicted_pages"
@@ -45,6 +68,11 @@ def device_dropped_key(pool: str, residency: Residency) -> str:
     return f"device_{pool}_dropped_{residency.unit}"
 
 
+def device_freed_key(pool: str) -> str:
+    """The summary key counting the per-page values of a windowed pool freed out of window."""
+    return f"device_{pool}_freed_out_of_window_pages"
+
+
 class RadixTree:
     """Radix tree plus device (and, in cache mode, host) capacity accounting."""
 
@@ -52,29 +80,67 @@ class RadixTree:
         self,
         *,
         kv_pages: int,
-        aux: Mapping[str, tuple[Residency, int]] | None = None,
+        aux: Mapping[str, AuxDevice | tuple[Residency, int]] | None = None,
         host_cache_pages: int | None = None,
+        window_retention: bool = False,
     ) -> None:
-        """`aux` maps each aux pool to its residency and device capacity (pages or slots)."""
-        aux = dict(aux or {})
+        """`aux` maps each aux pool to how the device holds it; `window_retention` keeps only
+        windows of per-page values (SGLang's out-of-window freeing) instead of whole nodes."""
+        pools = {name: AuxDevice(*spec) for name, spec in (aux or {}).items()}
         self._ids = itertools.count(1)
         self.root = Node(0, [], None, 0)
         self.root.on_device = self.root.on_host = self.root.host_aux = True
-        self.root.resident_aux = set(aux)
+        self.root.resident_aux = dict.fromkeys(pools)
         self.root.lock_ref = 1
         self.nodes = 0
         self.device_evicted_pages = 0
+        self.window_retention = window_retention
         self.kv = Resource(KV, kv_pages, _kv_evictable, self._evict_device)
         self.aux = {
-            name: Resource(name, capacity, _aux_evictable(name), self._tombstoner(name))
-            for name, (_, capacity) in aux.items()
+            name: Resource(name, pool.capacity, _aux_evictable(name), self._tombstoner(name))
+            for name, pool in pools.items()
         }
-        self.residency = {name: residency for name, (residency, _) in aux.items()}
-        self.page_values = tuple(n for n, r in self.residency.items() if r is Residency.PAGE_VALUES)
-        self.end_states = tuple(n for n, r in self.residency.items() if r is Residency.END_STATE)
-        self.tombstoned = dict.fromkeys(aux, 0)
+        self.residency = {name: pool.residency for name, pool in pools.items()}
+        self.whole = tuple(
+            name
+            for name, pool in pools.items()
+            if pool.residency is Residency.PAGE_VALUES
+            and (pool.window_pages is None or not window_retention)
+        )
+        """Pools held for every page of a node."""
+        self.end_states = tuple(
+            name for name, pool in pools.items() if pool.residency is Residency.END_STATE
+        )
+        """Pools a running request holds a working slot of."""
+        self.pointed = tuple(name for name in pools if name not in self.whole)
+        """Pools held at resume points."""
+        self.window = {
+            name: pool.window_pages
+            for name, pool in pools.items()
+            if pool.residency is Residency.PAGE_VALUES and pool.window_pages is not None
+        }
+        """Per-page pools with a window, and the pages a resume point holds before it."""
+        self.checkpoints = {
+            name: pool.checkpoint_pages
+            for name, pool in pools.items()
+            if name in self.pointed and pool.checkpoint_pages
+        }
+        self.grid = max(
+            (
+                pool.checkpoint_pages or 1
+                for name, pool in pools.items()
+                if name in self.pointed and pool.residency is Residency.END_STATE
+            ),
+            default=1,
+        )
+        """Where an end state can be taken: a branch point is aligned down to it (SGLang
+        tracks Mamba states on its checkpoint grid)."""
+        self.tombstoned = dict.fromkeys(pools, 0)
         """Units of each aux pool freed under that pool's own pressure while the node's KV
         stayed (SWA: tombstoned pages; Mamba: evicted states)."""
+        self.freed_out_of_window = dict.fromkeys(self.window, 0)
+        """Pages of per-page values requests computed and freed outside every kept window
+        (always 0 under whole-node retention)."""
         self.host = (
             None
             if host_cache_pages is None
@@ -89,14 +155,16 @@ class RadixTree:
         return 0 if self.host is None else self.host.used
 
     def counters(self) -> dict[str, int]:
-        """Whole-run device counters for the summary: KV pages evicted, and per aux pool the
-        units it dropped while the KV stayed (`device_<pool>_dropped_<unit>`)."""
+        """Whole-run device counters for the summary: KV pages evicted, per aux pool the units
+        it dropped while the KV stayed (`device_<pool>_dropped_<unit>`), and, under window
+        retention, the per-page values freed out of window."""
         return {
             DEVICE_EVICTED_KEY: self.device_evicted_pages,
             **{
                 device_dropped_key(name, self.residency[name]): count
                 for name, count in self.tombstoned.items()
             },
+            **{device_freed_key(name): count for name, count in self.freed_out_of_window.items()},
         }
 
     def used(self, pool: str) -> int:
@@ -111,6 +179,7 @@ class RadixTree:
         pos = 0
         dev_pages, dev_node = 0, node
         host_pages, host_node = 0, node
+        kv_pages = 0
         on_device_path = True
         while pos < len(pages):
             child = node.children.get(pages[pos])
@@ -119,8 +188,11 @@ class RadixTree:
             n = _common_prefix(child.pages, pages, pos)
             whole = n == len(child.pages)
             on_device_path = on_device_path and child.on_device
-            if on_device_path and self._device_resumable(child, whole):
-                dev_pages, dev_node = pos + n, child
+            if on_device_path:
+                kv_pages = pos + n
+                point = self._resume_point(child, pos + n)
+                if point:
+                    dev_pages, dev_node = point, child
             if child.on_host and self._host_resumable(child, whole):
                 host_pages, host_node = pos + n, child
             elif not on_device_path:
@@ -132,12 +204,21 @@ class RadixTree:
         host_pages = max(host_pages, dev_pages)
         if host_pages == dev_pages:
             host_node = dev_node
-        return Match(dev_pages, host_pages, dev_node, host_node)
+        return Match(dev_pages, host_pages, dev_node, host_node, max(kv_pages, dev_pages))
 
-    def _device_resumable(self, node: Node, whole: bool) -> bool:
-        if self.end_states and not whole:
-            return False
-        return node.resident_aux.issuperset(self.aux)
+    def _resume_point(self, node: Node, end: int) -> int:
+        """The last point in `node` up to `end` where every aux pool allows a resume; 0: none."""
+        held = node.resident_aux
+        legal: set[int] | None = None
+        for name in self.aux:
+            if name not in held:
+                return 0
+            points = held[name]
+            if points is not None:
+                legal = set(points) if legal is None else legal.intersection(points)
+        if legal is None:
+            return end
+        return max((p for p in legal if p <= end), default=0)
 
     def _host_resumable(self, node: Node, whole: bool) -> bool:
         if not self.aux:
@@ -172,14 +253,16 @@ class RadixTree:
         *,
         backed_up: bool = False,
         host_copy: bool = False,
+        computed_from: int | None = None,
     ) -> tuple[Node, list[Node]]:
         """Put `pages` on the device; returns the node ending at len(pages) and the new nodes.
 
         Existing nodes on the path become device-resident again (a host hit loaded back). New
-        nodes get per-page aux values if their pools can make room and the last node gets its
-        end states if slots can be freed; otherwise they are born tombstoned. `backed_up` marks
-        pages that came from storage; `host_copy` marks a write-through copy on the host (cache
-        mode).
+        nodes take whole-node values if their pools can make room; the insert's end keeps every
+        pointed pool's state, and (`computed_from`: the page the request started computing
+        at) the checkpoints it computed and, under window retention, the point where it left
+        the tree. Whatever cannot make room is born tombstoned. `backed_up` marks pages that
+        came from storage; `host_copy` marks a write-through copy on the host (cache mode).
         """
         node = self.root
         pos = 0
@@ -198,15 +281,75 @@ class RadixTree:
             node = child
             pos = node.end
         if node is not self.root:
-            for name in self.end_states:
-                if name not in node.resident_aux and self.aux[name].make_room(1):
-                    node.resident_aux.add(name)
-                    self.aux[name].used += 1
+            self._keep_points(node, computed_from, new_nodes)
         for fresh in new_nodes:
             if host_copy:
                 self.copy_to_host(fresh, with_aux=True)
         self.touch(node, now_s)
         return node, new_nodes
+
+    def _keep_points(self, end: Node, computed_from: int | None, new_nodes: list[Node]) -> None:
+        """The states an insert keeps: at its end; from `computed_from` on, at each checkpoint
+        and (window retention) at the branch point where its new pages start."""
+        kept = dict.fromkeys(self.window, 0)
+        for name in self.pointed:
+            kept[name] = self._hold(end, name, end.end)
+        if computed_from is None:
+            return
+        for name, every in self.checkpoints.items():
+            first = computed_from + every - computed_from % every
+            for point in range(first, end.end, every):
+                kept[name] = kept.get(name, 0) + self._hold(self._node_at(end, point), name, point)
+        if self.window_retention and new_nodes:
+            branch = new_nodes[0].start - new_nodes[0].start % self.grid
+            if branch > computed_from:
+                owner = self._node_at(end, branch)
+                for name in self.pointed:
+                    kept[name] = kept.get(name, 0) + self._hold(owner, name, branch)
+        for name in self.window:
+            if name in self.pointed:
+                self.freed_out_of_window[name] += max(0, end.end - computed_from - kept[name])
+
+    def _node_at(self, node: Node, point: int) -> Node:
+        """The node on the path up from `node` that holds the page before `point`."""
+        while node.start >= point and node.parent is not None:
+            node = node.parent
+        return node
+
+    def _hold(self, node: Node, name: str, point: int) -> int:
+        """Keep a pool's state at `point` in `node` if room can be made; returns units taken."""
+        held = node.resident_aux.get(name, {})
+        if held is None or point in held:
+            return 0
+        units = 1
+        if name in self.window:
+            units = min(self.window[name], point)
+            for gap in range(1, units):
+                if point - gap in held:
+                    units = gap
+                    break
+        resource = self.aux[name]
+        if not resource.make_room(units):
+            return 0
+        points = node.resident_aux.get(name)
+        if points is None:
+            points = node.resident_aux[name] = {}
+        points[point] = units
+        resource.used += units
+        return units - self._shrink_next(points, name, point)
+
+    def _shrink_next(self, points: Points, name: str, point: int) -> int:
+        """A window added below a held one overlaps it: the upper point now counts only the
+        pages past the new one. Returns the units freed."""
+        for gap in range(1, self.window.get(name, 1)):
+            units = points.get(point + gap)
+            if units is not None:
+                if units <= gap:
+                    return 0
+                points[point + gap] = gap
+                self.aux[name].used -= units - gap
+                return units - gap
+        return 0
 
     def _new_leaf(self, parent: Node, pages: list[int], start: int, backed_up: bool) -> Node:
         node = Node(next(self._ids), pages, parent, start)
@@ -220,14 +363,16 @@ class RadixTree:
         node.on_device = True
         size = len(node.pages)
         self.kv.used += size
-        for name in self.page_values:
+        for name in self.whole:
             resource = self.aux[name]
             if resource.make_room(size):
-                node.resident_aux.add(name)
+                node.resident_aux[name] = None
                 resource.used += size
 
     def _split(self, node: Node, at: int) -> Node:
-        """Cut `node` after `at` pages; returns the new upper node (no end states at the cut).
+        """Cut `node` after `at` pages; returns the new upper node, which keeps whole-node
+        values and the resume points at or before the cut (an end state at the node's end
+        stays below: the aux hole at the cut).
 
         The lower half stays the original node object, so a node's end — where its end states
         and its backup's aux tail sit — never moves; the write path relies on that.
@@ -239,10 +384,21 @@ class RadixTree:
         parent.children[upper.pages[0]] = upper
         upper.on_device, upper.on_host = node.on_device, node.on_host
         upper.backed_up, upper.last_access_s = node.backed_up, node.last_access_s
-        upper.resident_aux = {n for n in node.resident_aux if n in self.page_values}
+        cut = upper.end
+        for name, points in list(node.resident_aux.items()):
+            if points is None:
+                upper.resident_aux[name] = None
+                continue
+            above = {p: u for p, u in points.items() if p <= cut}
+            if above:
+                upper.resident_aux[name] = above
+                for p in above:
+                    del points[p]
+                if not points:
+                    del node.resident_aux[name]
         upper.lock_ref = node.lock_ref
         node.pages = node.pages[at:]
-        node.start = upper.end
+        node.start = cut
         node.parent = upper
         self.nodes += 1
         self._push(upper)
@@ -256,7 +412,7 @@ class RadixTree:
         if not self.host.make_room(len(node.pages)):
             return False
         node.on_host = True
-        node.host_aux = with_aux and node.resident_aux.issuperset(self.aux)
+        node.host_aux = with_aux and self.aux.keys() <= node.resident_aux.keys()
         self.host.used += len(node.pages)
         return True
 
@@ -269,12 +425,13 @@ class RadixTree:
         """
         if not self.kv.make_room(kv_pages):
             return False
+        end_states = self.end_states
         if working_slots:
-            for name in self.end_states:
+            for name in end_states:
                 if not self.aux[name].make_room(working_slots):
                     return False
         self.kv.reserved += kv_pages
-        for name in self.end_states:
+        for name in end_states:
             self.aux[name].reserved += working_slots
         return True
 
@@ -317,8 +474,8 @@ class RadixTree:
         """Free a node's state of one aux pool; returns the units freed."""
         if name not in node.resident_aux:
             return 0
-        node.resident_aux.discard(name)
-        units = self.residency[name].units(len(node.pages))
+        points = node.resident_aux.pop(name)
+        units = len(node.pages) if points is None else sum(points.values())
         self.aux[name].used -= units
         return units
 

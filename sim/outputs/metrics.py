@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from sim.model.loops import Loop
-from sim.model.pools import KV, POOL_KINDS
-from sim.model.radix import DEVICE_EVICTED_KEY, device_dropped_key
+from sim.model.pools import KV, POOL_KINDS, PoolKind, Residency
+from sim.model.radix import DEVICE_EVICTED_KEY, device_dropped_key, device_freed_key
 from sim.model.storage import STORAGE_COUNTERS
 
 SUMMARY_KEYS = (
@@ -63,6 +63,7 @@ EXTRA_KEYS = (
     "dropped_parent_pages",
     "heal_dropped_beliefs",
     "hit_query_dropped_beliefs",
+    "device_backoff_tokens",
 )
 """Keys after the contract ones (docs/metrics.md, "Extra keys"), besides per-pool counters."""
 
@@ -74,15 +75,28 @@ def is_summary_key(name: str) -> bool:
     counter)?"""
     if name in SUMMARY_KEYS or name in EXTRA_KEYS or name == DEVICE_EVICTED_KEY:
         return True
-    if name.startswith("device_"):
-        return any(
-            name == device_dropped_key(kind.name, kind.residency)
-            for kind in POOL_KINDS.values()
-            if kind.name != KV
-        )
+    if name.startswith(("device_", "written_")):
+        return any(name in _aux_pool_keys(kind) for kind in POOL_KINDS.values() if kind.name != KV)
     return name.startswith("storage_") and any(
         name == f"storage_{pool}_{counter}" for pool in POOL_KINDS for counter in STORAGE_COUNTERS
     )
+
+
+def _aux_pool_keys(kind: PoolKind) -> tuple[str, ...]:
+    """The summary keys an aux pool of this kind adds."""
+    return (
+        device_dropped_key(kind.name, kind.residency),
+        device_freed_key(kind.name),
+        device_resident_key(kind.name, kind.residency),
+        f"written_{kind.name}_objects",
+    )
+
+
+def device_resident_key(pool: str, residency: Residency) -> str:
+    """Mean device residency of an aux pool after warm-up: tokens for per-page values (pages
+    times the page size), slots for end states."""
+    unit = "tokens" if residency.per_page else residency.unit
+    return f"device_{pool}_resident_{unit}_mean"
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -98,7 +112,8 @@ def summarize(
     tables: dict[str, pd.DataFrame],
     loops: list[Loop],
     *,
-    aux_pools: Sequence[str],
+    aux_pools: Sequence[PoolKind],
+    page_size: int,
     warmup_s: float,
     events: int,
     wall_s: float,
@@ -118,6 +133,9 @@ def summarize(
     first_token = req.dropna(subset=["first_token_s"])
     ttft = first_token["first_token_s"] - first_token["arrival_s"]
     written = wr[wr["verdict"] == "write"]
+    ts = tables["timeseries"]
+    ts = ts[ts["t_s"] >= warmup_s]
+    names = [kind.name for kind in aux_pools]
     summary: dict[str, Any] = {
         "requests": len(req),
         "prompt_tokens": int(req["prompt_tokens"].sum()),
@@ -168,9 +186,17 @@ def summarize(
             written.loc[written["rewrite_pages"] > 0, "kv_staged"].sum()
         ),
         "write_kv_failed_pages": int(written["kv_failed"].sum()),
-        "write_aux_failed_objects": int(sum(written[f"{p}_failed"].sum() for p in aux_pools)),
+        "write_aux_failed_objects": int(sum(written[f"{p}_failed"].sum() for p in names)),
         "dropped_parent_pages": int(wr.loc[wr["verdict"] == "drop_parent", "pages"].sum()),
         "heal_dropped_beliefs": int(discarded["dropped_beliefs"].sum()),
         "hit_query_dropped_beliefs": int(counters.get("hit_query_dropped_beliefs", 0)),
+        "device_backoff_tokens": int(req["device_backoff_tokens"].sum()),
     }
+    for kind in aux_pools:
+        summary[f"written_{kind.name}_objects"] = int(written[f"{kind.name}_keys"].sum())
+        units = ts[f"device_{kind.name}_{kind.residency.unit}"]
+        scale = page_size if kind.residency.per_page else 1
+        summary[device_resident_key(kind.name, kind.residency)] = (
+            None if units.empty else round(float(units.mean()) * scale, 3)
+        )
     return summary
