@@ -702,3 +702,17 @@ def test_cli_capacity_unknown_metric_exits_2_and_writes_nothing(
     assert result.exit_code == 2, (result.output, result.stderr)
     assert "no_such_metric" in result.stderr
     assert not out.exists(), "exit 2 is bad input: nothing is written (sim/cli.py docstring)"
+
+
+def test_plot_sweep_of_a_grid_with_null_and_no_loops(tmp_path: Path):
+    """A sweep of checkpoint intervals with null among them and nothing discarded draws its
+    curves with a note instead of failing (it used to raise IndexError)."""
+    grid = {"model.swa.checkpoint_tokens": [None, 512]}
+    doc = sweep_doc(grid, seeds=1, **{"storage.hit_query": "intersect"})
+    tasks = plan_file(write_yaml(tmp_path / "ckpt.yaml", doc))
+    out = tmp_path / "out"
+    outcome = run_sweep(tasks, out, executor="serial", progress=False, provenance={"grid": grid})
+    assert not outcome.failed
+    names = {p.name for p in plot_sweep(out)}
+    assert {"sweep_curves.png", "loop_ccdf.png"} <= names
+    assert is_png(out / "sweep_curves.png")

@@ -26,8 +26,16 @@ STORAGE_BATCH_PAGES = 128
 GB = 1e9
 """Bandwidths and capacities are in gigabytes (1e9 bytes), as storage vendors quote them."""
 
-STORAGE_COUNTERS = ("get_hits", "get_misses", "put_hits", "put_inserts", "evictions")
-"""Per-pool counters every run reports as `storage_<pool>_<counter>`."""
+STORAGE_COUNTERS = (
+    "get_hits",
+    "get_misses",
+    "put_hits",
+    "put_inserts",
+    "evictions",
+    "stored_bytes",
+)
+"""Per-pool counters every run reports as `storage_<pool>_<counter>` (`stored_bytes`: what the
+pool holds at the horizon)."""
 
 
 @dataclass

@@ -150,6 +150,8 @@ def _curves(directory: Path, points: pd.DataFrame, x: str, groups: list[str]) ->
         data = points[points["metric"] == metric]
         keyed = data.groupby(groups, dropna=False, sort=False) if groups else [((), data)]
         for _, series in keyed:
+            if series.empty:
+                continue
             series = series.sort_values(x)
             xs = series[x].astype(float)
             ax.plot(xs, series["mean"], marker="o", label=_label(series.iloc[0], groups))
@@ -158,7 +160,10 @@ def _curves(directory: Path, points: pd.DataFrame, x: str, groups: list[str]) ->
         ax.set_xlabel(x)
         ax.set_ylabel(f"{metric} (mean, 95 % CI over seeds)")
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, f"no {metric} at any point", ha="center", transform=ax.transAxes)
     fig.suptitle(f"heal rate and discard rate against {x}")
     return _save(fig, directory, "sweep_curves")
 
