@@ -67,7 +67,7 @@ class Simulation:
         self.running: dict[int, Job] = {}
         self.backlog: simpy.Store = simpy.Store(self.env)
         self.read_channel = simpy.Resource(self.env, capacity=1)
-        self.write_channel = simpy.Resource(self.env, capacity=1)
+        """Prefetches share one storage read channel; the one writer needs no channel."""
         self._wake = self.env.event()
         self._host_freed = self.env.event()
         self.parked: deque[tuple[PrefetchOp, simpy.Event]] = deque()
@@ -421,7 +421,7 @@ class Simulation:
                 while not host.alloc_backup(staging_pages):
                     yield self._host_freed_event()
                 yield env.timeout(self.model.timing.pcie_s(staged.nbytes))
-            yield from self._transfer(self.write_channel, self.storage.write_s(staged.write_bytes))
+            yield env.timeout(self.storage.write_s(staged.write_bytes))
             ack = self.write_path.acknowledge(staged, env.now)
             if staging_pages:
                 host.free_backup(staging_pages)
