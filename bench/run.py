@@ -1,10 +1,11 @@
 """Benchmarks: the machine's SimPy yardstick, the simulator's throughput and memory, sweep speed-up.
 
-    python bench/run.py [--repeat 3] [--sizes 10000,100000,1000000] [--quick]
+    python bench/run.py [--repeat 3] [--sizes 10000,100000,1000000] [--quick] [--record]
 
 Each case runs in a fresh subprocess (so peak RSS is that case's own) and is repeated; figures
-are medians. Results are appended to bench/results.csv with the commit, the command, versions
-and the machine; the ratios the performance targets are stated in are printed at the end.
+are medians. Results go to results/bench/bench-<UTC time>.csv, or with `--record` are appended
+to bench/results.csv (the committed record), with the commit, the command, versions and the
+machine; the ratios the performance targets are stated in are printed at the end.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results.csv"
+"""The committed record; `--record` appends to it. Without it a run writes its own CSV under
+results/bench/, so benchmarking never leaves the work tree dirty."""
 TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 DEMO = REPO / "scenarios" / "demo.yaml"
 SHARED_PREFIX = REPO / "scenarios" / "what_if" / "aux_blind_exists.yaml"
@@ -166,6 +169,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--quick", action="store_true", help="sizes 10k,100k; repeat 1")
     parser.add_argument(
+        "--record", action="store_true", help="append to bench/results.csv (the committed record)"
+    )
+    parser.add_argument(
         "--scaling-requests", type=int, default=10_000, help="requests per scaling case (0: skip)"
     )
     args = parser.parse_args()
@@ -231,7 +237,7 @@ def main() -> None:
     print(f"sweep ({runs} runs, run_sweep only): serial {serial:.1f} s, process x2 {process:.1f} s")
 
     yard = medians["simpy_timeout_loop"]["events_per_s"]
-    print("\nratios against the targets (issue 5):")
+    print("\nratios against the performance targets:")
     if "mooncake_conversation" in medians:
         print(f"  conversation trace wall: {medians['mooncake_conversation']['wall_s']:.2f} s")
     for name, med in medians.items():
@@ -248,15 +254,18 @@ def main() -> None:
         )
     print(f"  process sweep on 2 workers: {serial / process:.2f}x serial")
 
-    new = not RESULTS.exists()
-    with RESULTS.open("a", newline="") as handle:
+    target = RESULTS if args.record else REPO / "results" / "bench" / f"bench-{stamp[:19]}.csv"
+    target = target.with_name(target.name.replace(":", ""))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    new = not target.exists()
+    with target.open("a", newline="") as handle:
         writer = csv.writer(handle)
         if new:
             writer.writerow(
                 ["utc", "commit", "command", "versions", "machine", "case", "metric", "median", "n"]
             )
         writer.writerows(rows)
-    print(f"\nappended {len(rows)} rows to {RESULTS.relative_to(REPO)}")
+    print(f"\nappended {len(rows)} rows to {target.relative_to(REPO)}")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,12 @@ from sim.runner import run
 from sim.scenario import (
     Scenario,
     ScenarioError,
+    apply_override,
     check_references,
+    defaulted_storage_pools,
     load_scenario,
+    parse_override,
+    read_document,
     scenario_model,
 )
 
@@ -129,7 +133,7 @@ def run_cmd(
         result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")
     written = write_atomically(target, lambda d: write_run(result, d), force=force)
-    print_summary(result)
+    print_summary(result, str(Path(written) / "summary.json"))
     click.echo(f"wrote {written}")
 
 
@@ -337,6 +341,15 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     requests = _trace_requests(sc)
     extra = f", trace {path} ({requests} requests)" if path is not None else ""
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
+    raw = read_document(Path(scenario))
+    for item in overrides:
+        key, value = parse_override(item)
+        apply_override(raw, key, value)
+    for pool in defaulted_storage_pools(raw):
+        click.echo(
+            f"note: storage.pools.{pool} is not given: the {pool} pool is stored unbounded and "
+            "fault-free (the defaults; the resolved configuration lists them)"
+        )
 
 
 @cli.command("export-trace")

@@ -12,6 +12,9 @@ schema accepts exactly what is registered. `load_scenario` turns a YAML file (re
 
 from __future__ import annotations
 
+import copy
+import difflib
+import re
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, cast, get_args
@@ -24,6 +27,7 @@ from sim.model.pools import KV, POOL_KINDS, KVPoolSpec, PoolSpec
 from sim.model.prefetch import PREFETCH_POLICIES
 from sim.model.storage import HIT_QUERIES
 from sim.registry import Registry
+from sim.sizes import expected, normalize_sizes, size_keys
 from sim.spec import (
     KeyedError,
     NonNegFloat,
@@ -50,6 +54,7 @@ __all__ = [
     "SharedPrefixWorkload",
     "apply_override",
     "build_scenario",
+    "defaulted_storage_pools",
     "load_scenario",
     "parse_override",
     "read_document",
@@ -320,25 +325,147 @@ def _schema(*versions: int) -> type[Scenario]:
 
 
 def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
-    """Validate a plain mapping; errors name `source` and the first offending dotted key."""
+    """Validate a plain mapping; errors name `source` and every offending dotted key.
+
+    Size strings ('80GiB', '65536 tokens') are converted to each key's unit first. Every problem
+    the schema finds is reported at once, each with the value it got, the unit it expects and,
+    for a misspelt key or choice, the nearest known one.
+    """
+    doc = copy.deepcopy(doc)
+    problems: list[tuple[str | None, str]] = [(e.key, e.message) for e in normalize_sizes(doc)]
+    _list_every_storage_pool(doc)
+    sized = {key for key, _ in problems}
     try:
         return scenario_model().model_validate(doc)
     except RecursionError:
         raise ScenarioError(source, None, "nested too deeply") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        ctx_error = err.get("ctx", {}).get("error")
-        if isinstance(ctx_error, KeyedError):
-            raise ScenarioError(source, ctx_error.key, str(ctx_error).split(": ", 1)[1]) from None
-        key = ".".join(
-            str(p) for p in err["loc"] if not _is_union_tag(p, err["loc"]) and p != "[key]"
+        for err in exc.errors():
+            key, message = _describe(err, doc)
+            if key not in sized:
+                problems.append((key, message))
+    if not problems:
+        raise ScenarioError(source, None, "invalid scenario")
+    (key, message), *more = problems
+    raise ScenarioError(source, key, message, more)
+
+
+def _list_every_storage_pool(doc: dict[str, Any]) -> None:
+    """A pool the model has but `storage.pools` leaves out is stored with the defaults
+    (unbounded, fault-free); writing it into the document puts it in the resolved
+    configuration, so a capacity answer never rests on a pool nobody can see."""
+    model, storage = doc.get("model"), doc.setdefault("storage", {})
+    if not isinstance(model, dict) or not isinstance(storage, dict):
+        return
+    pools = storage.setdefault("pools", {})
+    if not isinstance(pools, dict):
+        return
+    for name in POOL_KINDS:
+        if isinstance(model.get(name), dict) and name not in pools:
+            pools[name] = {}
+
+
+def defaulted_storage_pools(raw: dict[str, Any]) -> list[str]:
+    """The model's pools a raw document leaves out of `storage.pools` (they get the defaults)."""
+    model, storage = _mapping(raw.get("model")), _mapping(raw.get("storage"))
+    given = _mapping(storage.get("pools"))
+    return [n for n in POOL_KINDS if isinstance(model.get(n), dict) and n not in given]
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+_UNIT_HINTS = (
+    ("_gbps", "GB/s (1e9 bytes per second)"),
+    ("_fail_prob", "a probability in [0, 1]"),
+    ("_per_s", "a rate per second"),
+    ("_ms", "milliseconds"),
+    ("_s", "seconds"),
+    ("bytes_per_token", "bytes per token"),
+    ("state_bytes", "bytes"),
+    ("_tokens", "tokens"),
+)
+
+
+def _describe(err: Any, doc: dict[str, Any]) -> tuple[str | None, str]:
+    """A pydantic error as (dotted key, message with the value got, the unit and a guess)."""
+    loc = err["loc"]
+    ctx_error = err.get("ctx", {}).get("error")
+    if isinstance(ctx_error, KeyedError):
+        return ctx_error.key, str(ctx_error).split(": ", 1)[1]
+    parts = [str(p) for p in loc if not _is_union_tag(p, loc) and p != "[key]"]
+    key = ".".join(parts) if loc else None
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        guess = _nearest(parts[-1] if parts else "", _known_keys(parts[:-1], doc))
+        return key, "unknown key" + (f"; did you mean {guess!r}?" if guess else "")
+    if kind == "missing":
+        return key, "required key is missing"
+    message = err["msg"]
+    if kind in ("literal_error", "union_tag_invalid"):
+        choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        guess = _nearest(str(err.get("input")), choices)
+        if guess:
+            message += f"; did you mean {guess!r}?"
+    hint = _unit_hint(key or "", doc)
+    got = err.get("input")
+    if kind not in ("model_type", "dict_type", "model_attributes_type") and not isinstance(
+        got, dict
+    ):
+        message += f" (got {got!r}{'; expected ' + hint if hint else ''})"
+    return key, message
+
+
+def _unit_hint(key: str, doc: dict[str, Any]) -> str:
+    for size in size_keys(doc):
+        if size.key == key:
+            return expected(size)
+    leaf = key.rsplit(".", 1)[-1]
+    return next((hint for suffix, hint in _UNIT_HINTS if leaf.endswith(suffix)), "")
+
+
+def _nearest(word: str, known: list[str]) -> str | None:
+    matches = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def _known_keys(path: list[str], doc: dict[str, Any]) -> list[str]:
+    """The keys the schema accepts at a dotted path (for 'did you mean')."""
+    model: Any = scenario_model()
+    node: Any = doc
+    for part in path:
+        model = _field_model(model, part, node)
+        node = node.get(part) if isinstance(node, dict) else None
+        if model is None:
+            return []
+    fields = getattr(model, "model_fields", None)
+    return list(fields) if fields else []
+
+
+def _field_model(model: Any, part: str, node: Any) -> Any:
+    """The model class of one field (through Optional, unions and `dict[str, Model]`)."""
+    fields = getattr(model, "model_fields", None)
+    if fields is None:
+        args = get_args(model)
+        return args[1] if len(args) == 2 and args[0] is not None else None
+    field = fields.get(part)
+    if field is None:
+        return None
+    candidates = [field.annotation, *get_args(field.annotation)]
+    for candidate in candidates:
+        if isinstance(candidate, type) and hasattr(candidate, "model_fields"):
+            return candidate
+        if get_args(candidate) and getattr(candidate, "__origin__", None) is dict:
+            return candidate
+    if part == "workload" and isinstance(node, dict):
+        kind = (
+            (node.get("workload") or {}).get("kind")
+            if isinstance(node.get("workload"), dict)
+            else None
         )
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif err["type"] == "missing":
-            message = "required key is missing"
-        raise ScenarioError(source, key if err["loc"] else None, message) from None
+        return WORKLOAD_KINDS.get(kind) if isinstance(kind, str) else None
+    return None
 
 
 def _is_union_tag(part: Any, loc: tuple[Any, ...]) -> bool:

@@ -8,24 +8,39 @@ schema from them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class ScenarioError(Exception):
-    """Bad input: names the file and the key; the CLI maps it to exit code 2."""
+    """Bad input: names the file and the key; the CLI maps it to exit code 2.
 
-    def __init__(self, source: str, key: str | None, message: str) -> None:
+    `key` and `message` are the first problem; `problems` holds every problem found in the
+    same input (the first included), so a user fixes a file in one pass, not one error a run.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        key: str | None,
+        message: str,
+        more: Sequence[tuple[str | None, str]] = (),
+    ) -> None:
         super().__init__(source, key, message)
         self.source = source
         self.key = key
         self.message = message
+        self.problems: list[tuple[str | None, str]] = [(key, message), *more]
 
     def __str__(self) -> str:
-        if self.key is None:
-            return f"{self.source}: {self.message}"
-        return f"{self.source}: {self.key or repr('')}: {self.message}"
+        return "\n".join(self._line(key, message) for key, message in self.problems)
+
+    def _line(self, key: str | None, message: str) -> str:
+        if key is None:
+            return f"{self.source}: {message}"
+        return f"{self.source}: {key or repr('')}: {message}"
 
 
 class KeyedError(ValueError):

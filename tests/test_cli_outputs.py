@@ -1,4 +1,4 @@
-"""What `run`, `compare` and `plot` write (DESIGN 4.2, 4.3), on tiny scenarios."""
+"""What `run`, `compare` and `plot` write (docs/scenarios.md, docs/metrics.md), tiny scenarios."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_subprocess_run_end_to_end(tiny: Path):
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = (Path(tiny.parent) / "results" / "test").iterdir()
     assert set(os.listdir(run_dir)) == RUN_FILES
-    assert "discard_rate" in proc.stdout
+    assert "prefetches" in proc.stdout and "summary.json" in proc.stdout
     meta = json.loads((run_dir / "meta.json").read_text())
     assert tiny.name in meta["command"]
 

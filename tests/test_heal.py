@@ -1,6 +1,6 @@
-"""The healing contract `sim.heal.keep_pages` (DESIGN 2.5) and the rule registry `sim.heal.RULES`.
+"""The healing contract `sim.heal.keep_pages` and the rule registry `sim.heal.RULES`.
 
-The worked examples of DESIGN 2.5 are checked literally; a property test compares the contract
+The worked examples of docs/fidelity.md are checked literally; a property test compares the contract
 function against an independent reading of the pseudo-code; and each registered rule is driven
 through a `DiscardView` built from a real `PrefetchOp`, its `AuxTransfer`s and a `Storage`.
 """
@@ -27,7 +27,7 @@ SPAN = 100
 AuxSpec = tuple[int | None, int]
 
 
-# ---------------------------------------------------------------- worked examples (DESIGN 2.5)
+# ---------------------------------------------------------------- worked examples
 
 
 def test_window_of_128_tokens_is_two_tail_keys() -> None:
@@ -103,7 +103,7 @@ def test_tail_longer_than_span_keeps_zero_not_negative() -> None:
 def reference_keep(
     completed_tokens: int, page_size: int, span_pages: int, aux: Sequence[AuxSpec]
 ) -> int:
-    """DESIGN 2.5 read as "the leading pages every pool really served", written independently.
+    """The rule read as "the leading pages every pool really served", written independently.
 
     KV vouches for its whole completed pages; a pool without keys vouches for nothing; a pool
     that served all its keys puts no limit; a short tail read vouches only for the pages before

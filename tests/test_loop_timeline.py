@@ -1,4 +1,4 @@
-"""Timelines of the repeated-failure loop (DESIGN 2.4, 6): one deterministic aux hole.
+"""Timelines of the repeated-failure loop (docs/fidelity.md): one deterministic aux hole.
 
 Two prefixes A and B take turns on a device that holds one of them, so every return to A
 misses the device and prefetches A from storage. A's first write loses its SWA tail (an outage

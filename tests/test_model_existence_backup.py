@@ -1,4 +1,4 @@
-"""The storage existence cache and the write-path gate (DESIGN 2.2, 2.4)."""
+"""The storage existence cache and the write-path gate."""
 
 from __future__ import annotations
 

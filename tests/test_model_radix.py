@@ -1,4 +1,4 @@
-"""The radix tree of cached prefixes and its device pools (DESIGN 2.1, 2.2)."""
+"""The radix tree of cached prefixes and its device pools."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """L3 storage pools, the three hit-query behaviours, tail keys, aux transfer planning and the
-hybrid all-or-nothing check (DESIGN 2.2, 2.3)."""
+hybrid all-or-nothing check (docs/model.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scenario validation and the CLI's bad-input contract (DESIGN 4.1, 4.2).
+"""Scenario validation and the CLI's bad-input contract (docs/scenarios.md).
 
 Every malformed scenario must raise a `ScenarioError` that names the offending dotted key, and
 through the CLI must exit 2 with a message on stderr naming the file and the key, print no

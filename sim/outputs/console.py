@@ -15,6 +15,7 @@ from tqdm import tqdm
 from sim.outputs.metrics import SUMMARY_KEYS
 from sim.runner import RunResult
 from sim.scenario import Scenario
+from sim.sizes import human_bytes
 
 COMPARE_COLUMNS = tuple(
     key
@@ -48,11 +49,49 @@ def progress(scenario: Scenario, label: str) -> Iterator[Callable[[float], None]
         advance(total)
 
 
-def print_summary(result: RunResult) -> None:
-    s = result.summary
-    width = max(len(k) for k in s)
-    for key, value in s.items():
-        click.echo(f"{key:<{width}}  {_fmt(value)}")
+def print_summary(result: RunResult, summary_path: str = "summary.json") -> None:
+    """The run's headline figures with their units; every key is in summary.json."""
+    for label, text in summary_lines(result.summary):
+        click.echo(f"{label:<28}{text}")
+    click.echo(f"(every key, {len(result.summary)} in all, is in {summary_path})")
+
+
+def summary_lines(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value with unit) for the figures a reader of one run looks at first."""
+    prompt = s.get("prompt_tokens") or 0
+
+    def tokens(key: str) -> str:
+        value = s.get(key) or 0
+        share = f" ({value / prompt:.1%} of prompt)" if prompt else ""
+        return f"{value:,} tokens{share}"
+
+    def seconds(key: str) -> str:
+        value = s.get(key)
+        return "-" if value is None else f"{value:.3f} s"
+
+    loops = s.get("loops") or 0
+    heal = s.get("heal_rate")
+    return [
+        ("requests", f"{s.get('requests', 0):,} ({s.get('requests_finished', 0):,} finished)"),
+        ("prompt", f"{prompt:,} tokens"),
+        ("device hits", tokens("device_hit_tokens")),
+        ("storage (L3) loaded", tokens("l3_loaded_tokens")),
+        ("recomputed", tokens("recomputed_tokens")),
+        (
+            "prefetches",
+            f"{s.get('prefetch_issued', 0):,} issued, {s.get('prefetch_discarded', 0):,} "
+            f"discarded (rate {_fmt(s.get('discard_rate'))})",
+        ),
+        (
+            "repeated-failure loops",
+            f"{loops:,}, heal rate {_fmt(heal)}, longest {s.get('loop_length_max', 0)} discards",
+        ),
+        ("wasted storage reads", human_bytes(float(s.get("wasted_read_bytes") or 0))),
+        ("rewritten after a heal", f"{s.get('rewrite_pages', 0):,} pages"),
+        ("written to storage", human_bytes(float(s.get("written_bytes") or 0))),
+        ("TTFT p50 / p99", f"{seconds('ttft_p50_s')} / {seconds('ttft_p99_s')}"),
+        ("wall clock", f"{s.get('wall_s', 0):.2f} s ({s.get('events', 0):,} events)"),
+    ]
 
 
 def _fmt(value: Any) -> str:

@@ -58,8 +58,12 @@ def plot_comparison(directory: Path) -> Path:
 
 
 def plot_run(directory: Path) -> Path:
-    """A run's time series: discards, beliefs, device and storage occupancy."""
+    """A run's time series: discards, beliefs, device and storage occupancy, each occupancy
+    against its capacity (dashed, same colour) where the configuration bounds it."""
     ts = pd.read_parquet(directory / "timeseries.parquet")
+    config_path = directory / "config.resolved.yaml"
+    config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
+    config = config if isinstance(config, dict) else {}
     storage_cols = [c for c in ts.columns if c.startswith("storage_")]
     fig = Figure(figsize=(12, 7), layout="constrained")
     axes = fig.subplots(2, 2)
@@ -70,20 +74,38 @@ def plot_run(directory: Path) -> Path:
         ts["t_s"], ts["stale_beliefs_recent_4096"], label="stale among the 4,096 most recent"
     )
     axes[0, 1].plot(ts["t_s"], ts["healed_beliefs_pending"], label="dropped, not yet rewritten")
+    entries = (config.get("existence_cache") or {}).get("entries")
+    if isinstance(entries, int):
+        axes[0, 1].axhline(entries, color="C0", linestyle="--", linewidth=1, label="capacity")
+    axes[0, 1].set_yscale("symlog", linthresh=10)
     axes[0, 1].set_title("existence cache")
     axes[0, 1].legend(fontsize=8)
-    for col in [c for c in ts.columns if c.startswith("device_")]:
-        pool, _, unit = col.removeprefix("device_").partition("_")
-        axes[1, 0].plot(ts["t_s"], ts[col], label=f"device {pool} {unit}")
-    axes[1, 0].plot(ts["t_s"], ts["host_pages"], label="host pages")
-    axes[1, 0].legend(fontsize=8)
+    device = config.get("device") or {}
+    series = [(c, c.removeprefix("device_")) for c in ts.columns if c.startswith("device_")]
+    series.append(("host_pages", "host_pages"))
+    for i, (col, key) in enumerate(series):
+        pool, _, unit = key.partition("_")
+        color = f"C{i}"
+        axes[1, 0].plot(ts["t_s"], ts[col], color=color, label=f"{pool} {unit}")
+        bound = device.get(key) if col != "host_pages" else (config.get("host") or {}).get("pages")
+        if isinstance(bound, int) and not isinstance(bound, bool):
+            axes[1, 0].axhline(bound, color=color, linestyle="--", linewidth=1)
+    axes[1, 0].set_yscale("symlog", linthresh=10)
+    axes[1, 0].legend(fontsize=8, title="dashed: capacity", title_fontsize=8)
     axes[1, 0].set_title("device and host occupancy")
-    for col in storage_cols:
-        axes[1, 1].plot(ts["t_s"], ts[col] / 1e9, label=col.removeprefix("storage_"))
-    axes[1, 1].set_title("storage occupancy (GB)")
+    pools = (config.get("storage") or {}).get("pools") or {}
+    for i, col in enumerate(storage_cols):
+        pool = col.removeprefix("storage_").removesuffix("_bytes")
+        color = f"C{i}"
+        axes[1, 1].plot(ts["t_s"], ts[col] / 1e9, color=color, label=pool)
+        bound = (pools.get(pool) or {}).get("capacity_gb")
+        if isinstance(bound, int | float) and not isinstance(bound, bool):
+            axes[1, 1].axhline(bound, color=color, linestyle="--", linewidth=1)
+    axes[1, 1].set_title("storage occupancy (GB; dashed: capacity)")
     axes[1, 1].legend(fontsize=8)
     for ax in axes.ravel():
         ax.set_xlabel("simulated time (s)")
+    fig.suptitle(f"{config.get('name', directory.name)}: time series")
     return _save(fig, directory, "timeseries")[0]
 
 

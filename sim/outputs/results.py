@@ -19,7 +19,8 @@ import yaml
 
 from sim.model.pools import POOL_KINDS
 from sim.runner import RunResult
-from sim.scenario import scenario_document
+from sim.scenario import Scenario, scenario_document
+from sim.sizes import annotate_yaml, size_notes
 
 TABLES = ("requests", "prefetches", "writes", "timeseries")
 
@@ -56,14 +57,19 @@ def meta(result_wall_s: float, seed: int) -> dict[str, Any]:
     }
 
 
+def resolved_yaml(scenario: Scenario) -> str:
+    """The resolved configuration as YAML, each size followed by what it is in the other units
+    (`kv_pages: 20000  # 1,280,000 tokens, 22.89 GiB (24.58 GB)`)."""
+    doc = scenario_document(scenario)
+    return annotate_yaml(yaml.safe_dump(doc, sort_keys=False), size_notes(doc))
+
+
 def write_run(result: RunResult, directory: Path) -> None:
     """A run directory (summary.json, config.resolved.yaml, meta.json, one Parquet file per
     table; docs/metrics.md) written into `directory`, which must not exist yet."""
     directory.mkdir(parents=True)
     (directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
-    (directory / "config.resolved.yaml").write_text(
-        yaml.safe_dump(scenario_document(result.scenario), sort_keys=False)
-    )
+    (directory / "config.resolved.yaml").write_text(resolved_yaml(result.scenario))
     (directory / "meta.json").write_text(
         json.dumps(meta(result.summary["wall_s"], result.scenario.seed), indent=2) + "\n"
     )
