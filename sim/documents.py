@@ -16,13 +16,23 @@ from sim.spec import ScenarioError
 
 
 def _check_document(
-    node: yaml.Node | None, path: str = "", active: frozenset[int] = frozenset()
+    node: yaml.Node | None,
+    path: str = "",
+    active: frozenset[int] = frozenset(),
+    checked: set[int] | None = None,
 ) -> None:
     """Refuse, naming the dotted key: duplicate mapping keys (YAML would silently keep the
     last), aliases that contain themselves, and binary data (`!!binary` becomes bytes, which no
-    scenario value is and which a value typed loosely, like a sweep grid's, would let through)."""
+    scenario value is and which a value typed loosely, like a sweep grid's, would let through).
+
+    An alias is the same node as its anchor, so each node is checked once (`checked`): a few
+    lines of nested aliases ("billion laughs") stay linear in the text, not exponential."""
+    checked = set() if checked is None else checked
     if id(node) in active:
         raise ScenarioError("", path or None, "a YAML alias refers to itself")
+    if id(node) in checked:
+        return
+    checked.add(id(node))
     if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:binary":
         line = node.start_mark.line + 1
         raise ScenarioError("", path or None, f"binary data is not a scenario value (line {line})")
@@ -37,10 +47,10 @@ def _check_document(
                     "", dotted, f"duplicate key (line {key_node.start_mark.line + 1})"
                 )
             seen.add(key)
-            _check_document(value_node, dotted, active)
+            _check_document(value_node, dotted, active, checked)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_document(item, f"{path}.{i}" if path else str(i), active)
+            _check_document(item, f"{path}.{i}" if path else str(i), active, checked)
 
 
 LOADER_ERRORS = (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
+import reprlib
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, cast, get_args
@@ -413,8 +414,16 @@ def _describe(err: Any, doc: dict[str, Any]) -> tuple[str | None, str]:
     if kind not in ("model_type", "dict_type", "model_attributes_type") and not isinstance(
         got, dict
     ):
-        message += f" (got {got!r}{'; expected ' + hint if hint else ''})"
+        message += f" (got {_brief_repr(got)}{'; expected ' + hint if hint else ''})"
     return key, message
+
+
+def _brief_repr(value: Any) -> str:
+    """A bad value, briefly: one built from nested YAML aliases can be astronomically large."""
+    echo = reprlib.Repr()
+    echo.maxlevel, echo.maxlist, echo.maxdict = 2, 4, 4
+    echo.maxstring = echo.maxother = 60
+    return echo.repr(value)
 
 
 def _unit_hint(key: str, doc: dict[str, Any]) -> str:

@@ -1,0 +1,30 @@
+"""Hostile input that used to hang or leak: each case is bounded work now (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from sim.scenario import ScenarioError, load_scenario
+from tests.conftest import invoke
+
+LAUGHS = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['x'] * 9)}]\n"
+    for prev, name in zip(["", *"abcdefgh"], "abcdefghi", strict=True)
+)
+"""Nine lines of nested aliases: 9**9 (387 million) leaves when expanded."""
+
+
+@pytest.mark.parametrize("tail", ["", "name: x\nseed: *i\n"], ids=["unknown-keys", "as-a-value"])
+def test_nested_aliases_are_checked_once_each_and_echoed_briefly(tmp_path: Path, tail: str):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(LAUGHS + tail)
+    started = time.perf_counter()
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert time.perf_counter() - started < 10, "the check re-walked every alias"
+    assert len(str(err.value)) < 5000
+    result = invoke("validate", str(path))
+    assert result.exit_code == 2
