@@ -394,8 +394,15 @@ def plot_cmd(directory: Path) -> None:
 
 
 def _refuse_existing(out: Path | None, force: bool) -> None:
-    if out is not None and out.exists() and not force:
+    """Before anything runs: an existing `--out` needs `--force`, and `--force` replaces only
+    a result directory this tool wrote (never a symlink, the working directory or a parent)."""
+    from sim.outputs.results import check_replaceable
+
+    if out is None or not (out.exists() or out.is_symlink()):
+        return
+    if not force:
         raise FileExistsError(f"{out} already exists (use --force to replace it)")
+    check_replaceable(out)
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -22,6 +22,7 @@ from tests.conftest import REPO, invoke, make_doc, ok
 DESIGN = REPO.parent / "shared" / "DESIGN.md"
 
 RUN_FILES = {
+    ".hicache-sim",
     "summary.json",
     "config.resolved.yaml",
     "meta.json",
@@ -191,9 +192,36 @@ def test_run_out_existing_needs_force(tiny: Path, tmp_path: Path):
     assert os.listdir(out) == ["keep.txt"], "a refused run must leave the directory alone"
     assert sorted(os.listdir(tmp_path)) == ["out", "work"]
 
-    ok(invoke("run", str(tiny), "--out", str(out), "--force"))
-    assert set(os.listdir(out)) == RUN_FILES, "--force replaces the directory"
-    assert sorted(os.listdir(tmp_path)) == ["out", "work"]
+    forced = invoke("run", str(tiny), "--out", str(out), "--force")
+    assert forced.exit_code == 2, forced.output
+    assert "not written by hicache-sim" in forced.stderr
+    assert os.listdir(out) == ["keep.txt"], "--force never replaces a folder the tool did not write"
+
+    ours = tmp_path / "ours"
+    ok(invoke("run", str(tiny), "--out", str(ours)))
+    (ours / "summary.json").write_text("stale")
+    ok(invoke("run", str(tiny), "--out", str(ours), "--force"))
+    assert set(os.listdir(ours)) == RUN_FILES, "--force replaces a result directory"
+    assert (ours / "summary.json").read_text() != "stale"
+    assert sorted(os.listdir(tmp_path)) == ["ours", "out", "work"]
+
+
+def test_force_never_replaces_the_working_directory_or_follows_a_symlink(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    victim = tmp_path / "victim"
+    ok(invoke("run", str(tiny), "--out", str(victim)))
+    link = tmp_path / "link"
+    link.symlink_to(victim)
+    result = invoke("run", str(tiny), "--out", str(link), "--force")
+    assert result.exit_code == 2 and "symbolic link" in result.stderr
+    assert link.is_symlink() and set(os.listdir(victim)) == RUN_FILES
+    monkeypatch.chdir(victim)
+    for out in (".", str(tmp_path)):
+        result = invoke("run", str(tiny), "--out", out, "--force")
+        assert result.exit_code == 2, (out, result.output)
+        assert "working directory" in result.stderr
+    assert set(os.listdir(victim)) == RUN_FILES
 
 
 def test_subprocess_run_end_to_end(tiny: Path):

@@ -68,6 +68,7 @@ def write_run(result: RunResult, directory: Path) -> None:
     """A run directory (summary.json, config.resolved.yaml, meta.json, one Parquet file per
     table; docs/metrics.md) written into `directory`, which must not exist yet."""
     directory.mkdir(parents=True)
+    mark(directory)
     (directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
     (directory / "config.resolved.yaml").write_text(resolved_yaml(result.scenario))
     (directory / "meta.json").write_text(
@@ -105,16 +106,48 @@ def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
     return len(frame)
 
 
+MARKER = ".hicache-sim"
+"""A file in every result directory this tool writes; `--force` replaces only such a
+directory, so it can never delete a user's own folder."""
+
+
+def mark(directory: Path) -> None:
+    """Mark a directory as a result directory of this tool (replaceable with `--force`)."""
+    (directory / MARKER).write_text("a result directory written by hicache-sim\n")
+
+
+def check_replaceable(target: Path) -> None:
+    """Refuse (FileExistsError, exit 2) to replace anything but a result directory of this
+    tool: a symlink (its target is not ours to delete), the working directory or one of its
+    parents, or a directory without the marker."""
+    if target.is_symlink():
+        raise FileExistsError(f"{target} is a symbolic link; refusing to replace it")
+    resolved = target.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise FileExistsError(f"{target} is the working directory or a parent of it")
+    if not (resolved / MARKER).is_file():
+        raise FileExistsError(
+            f"{target} exists and was not written by hicache-sim (no {MARKER} marker in it); "
+            "refusing to replace it: choose another --out"
+        )
+
+
 def write_atomically(target: Path, fill: Callable[[Path], None], force: bool = False) -> Path:
-    """Build the directory beside `target` and rename it into place only once it is complete."""
+    """Build the directory beside `target` and rename it into place only once it is complete;
+    with `force`, an existing result directory of this tool is replaced (nothing else)."""
+    if target.is_symlink():
+        check_replaceable(target)
     target = target.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         fill(staging / "out")
+        mark(staging / "out")
         if target.exists():
             if not force:
                 raise FileExistsError(f"{target} already exists (use --force to replace it)")
+            check_replaceable(target)
             shutil.rmtree(target)
         os.replace(staging / "out", target)
     finally:
