@@ -115,3 +115,23 @@ def test_a_keep_pages_heal_leaves_no_belief_beyond_the_kept_prefix(
     assert not any(key in cache for key in span[keep:])
     assert all(key in cache for key in span[:keep] if key in believed)
     assert all(key in cache for key in believed if key not in span)
+
+
+def test_every_request_s_tokens_add_up_to_its_prompt() -> None:
+    """device hit + host hit + what the device gained or lost before admission + storage +
+    recomputed = prompt, for every admitted request (a prefix may reach the device, or leave
+    it, while the request waits)."""
+    scenario = make_scenario(
+        **{"device.kv_pages": 300, "workload.requests": 400, "workload.arrival_rate_per_s": 20}
+    )
+    req = run(scenario).tables["requests"]
+    admitted = req[req["admitted_s"].notna()]
+    parts = (
+        admitted["device_hit_tokens"]
+        + admitted["host_hit_tokens"]
+        + admitted["device_change_tokens"]
+        + admitted["l3_loaded_tokens"]
+        + admitted["recomputed_tokens"]
+    )
+    assert (parts == admitted["prompt_tokens"]).all()
+    assert (admitted["device_change_tokens"] != 0).any(), "the load must make the device change"

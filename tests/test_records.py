@@ -11,7 +11,7 @@ from tests.conftest import make_scenario
 
 
 def request_row(rid: int, admitted_s: float | None) -> RequestRecord:
-    tokens = (1024, 16, 0, 0, 128, 64, 64, 960)
+    tokens = (1024, 16, 0, 0, 128, 0, 64, 64, 960)
     return RequestRecord(
         rid, rid * 0.5, *tokens, "success", rid % 3, admitted_s, None, None, "finished", 0, 0
     )

@@ -27,6 +27,9 @@ class Job:
     recomputed_tokens: int = 0
     wake_at: float | None = None
     retries: int = 0
+    device_change_pages: int = 0
+    """Prefix pages the device (or host) gained (positive) or lost to eviction (negative)
+    between arrival and admission, so the request's token counts add up to its prompt."""
     backoff_pages: int = 0
     """Device KV pages matched at arrival past the last legal resume point (recomputed)."""
     """Prefetches re-issued for this request after a miss."""
@@ -42,6 +45,7 @@ class Job:
             device_hit_tokens=self.device_pages * page_size,
             host_hit_tokens=(self.host_pages - self.device_pages) * page_size,
             device_backoff_tokens=self.backoff_pages * page_size,
+            device_change_tokens=self.device_change_pages * page_size,
             l3_hit_tokens=(op.hit_pages if op is not None else 0) * page_size,
             l3_loaded_tokens=self.l3_loaded_pages * page_size,
             recomputed_tokens=self.recomputed_tokens,

@@ -27,6 +27,7 @@ class RequestRecord(NamedTuple):
     device_hit_tokens: int
     host_hit_tokens: int
     device_backoff_tokens: int
+    device_change_tokens: int
     l3_hit_tokens: int
     l3_loaded_tokens: int
     recomputed_tokens: int

@@ -313,6 +313,7 @@ class Simulation:
             backed_up=loaded_end >= covered > match.device_pages,
         )
         job.recomputed_tokens = req.prompt_tokens - covered * page_size
+        job.device_change_pages = covered - job.host_pages - job.l3_loaded_pages
         loaded_pages, start_token, computed_from = (
             covered - match.device_pages,
             covered * page_size,

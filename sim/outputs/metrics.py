@@ -64,6 +64,7 @@ EXTRA_KEYS = (
     "heal_dropped_beliefs",
     "hit_query_dropped_beliefs",
     "device_backoff_tokens",
+    "device_change_tokens",
 )
 """Keys after the contract ones (docs/metrics.md, "Extra keys"), besides per-pool counters."""
 
@@ -191,6 +192,7 @@ def summarize(
         "heal_dropped_beliefs": int(discarded["dropped_beliefs"].sum()),
         "hit_query_dropped_beliefs": int(counters.get("hit_query_dropped_beliefs", 0)),
         "device_backoff_tokens": int(req["device_backoff_tokens"].sum()),
+        "device_change_tokens": int(req["device_change_tokens"].sum()),
     }
     for kind in aux_pools:
         summary[f"written_{kind.name}_objects"] = int(written[f"{kind.name}_keys"].sum())
