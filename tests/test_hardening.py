@@ -28,3 +28,18 @@ def test_nested_aliases_are_checked_once_each_and_echoed_briefly(tmp_path: Path,
     assert len(str(err.value)) < 5000
     result = invoke("validate", str(path))
     assert result.exit_code == 2
+
+
+def test_a_device_without_mamba_slots_rejects_every_request() -> None:
+    """No working slot for the recurrent state: nothing can ever run, so every request is
+    rejected at once instead of waiting unfinished to the horizon."""
+    from sim.runner import run
+    from tests.conftest import make_scenario
+
+    scenario = make_scenario(
+        **{"model.mamba": {"state_bytes": 1 << 20}, "device.mamba_slots": 0, "duration_s": 30}
+    )
+    summary = run(scenario).summary
+    assert summary["requests"] > 0
+    assert summary["requests_rejected"] == summary["requests"]
+    assert summary["requests_unfinished"] == 0

@@ -139,7 +139,7 @@ class Simulation:
         match = self.tree.match(prompt)
         job = Job(req, match.host_node, match.device_pages, match.host_pages)
         job.backoff_pages = match.device_kv_pages - match.device_pages
-        if len(req.pages) + 1 > self.tree.kv.capacity:
+        if not self.tree.can_ever_hold(len(req.pages) + 1, working_slots=1):
             self._record_request(job, "rejected")
             return
         self.tree.lock(match.host_node)

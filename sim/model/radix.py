@@ -418,6 +418,13 @@ class RadixTree:
 
     # ---------------------------------------------------------------- capacity
 
+    def can_ever_hold(self, kv_pages: int, working_slots: int) -> bool:
+        """Could a request of this size run on an empty device? (Otherwise it is rejected, not
+        left waiting forever: a device with no Mamba slot can run nothing.)"""
+        return kv_pages <= self.kv.capacity and all(
+            working_slots <= self.aux[name].capacity for name in self.end_states
+        )
+
     def reserve(self, kv_pages: int, working_slots: int) -> bool:
         """Reserve room for a running request, evicting LRU unreferenced state if needed.
 
