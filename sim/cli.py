@@ -7,8 +7,10 @@ nothing is written); 1 anything else.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -34,6 +36,8 @@ from sim.scenario import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 RESULTS_ROOT = Path("results")
+DEBUG_ENV = "HICACHE_DEBUG"
+"""Set (or `--debug`): an unexpected error (exit 1) prints its traceback, for bug reports."""
 
 
 def _bad_input(fn: F) -> F:
@@ -56,6 +60,12 @@ def _bad_input(fn: F) -> F:
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:
+            if os.environ.get(DEBUG_ENV):
+                traceback.print_exc()
+            else:
+                hint = f" (rerun with --debug or {DEBUG_ENV}=1 for the traceback)"
+                click.echo(f"error: {type(exc).__name__}: {exc}{hint}", err=True)
+                sys.exit(1)
             click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
             sys.exit(1)
 
@@ -100,8 +110,15 @@ _force_option = click.option("--force", is_flag=True, help="Replace an existing 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hicache-sim")
-def cli() -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    help=f"Print the traceback behind an unexpected error (also {DEBUG_ENV}=1).",
+)
+def cli(debug: bool) -> None:
     """Simulate hybrid HiCache storage prefetch and compare existence-cache healing rules."""
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
 
 
 @cli.command("run")

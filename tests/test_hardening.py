@@ -43,3 +43,27 @@ def test_a_device_without_mamba_slots_rejects_every_request() -> None:
     assert summary["requests"] > 0
     assert summary["requests_rejected"] == summary["requests"]
     assert summary["requests_unfinished"] == 0
+
+
+def test_debug_shows_the_traceback_behind_an_unexpected_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exit-1 error prints one line and says how to get the stack; --debug prints it."""
+    import sim.cli
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sim.cli, "run", broken)
+    monkeypatch.setenv("HICACHE_DEBUG", "")  # unset again at teardown, whatever --debug sets
+    path = tmp_path / "s.yaml"
+    import yaml
+
+    from tests.conftest import make_doc
+
+    path.write_text(yaml.safe_dump(make_doc()))
+    plain = invoke("run", str(path), "--out", str(tmp_path / "a"))
+    assert plain.exit_code == 1 and "Traceback" not in plain.output
+    assert "RuntimeError: boom" in plain.output and "--debug" in plain.output
+    debug = invoke("--debug", "run", str(path), "--out", str(tmp_path / "b"))
+    assert debug.exit_code == 1 and "Traceback" in debug.output and "boom" in debug.output
