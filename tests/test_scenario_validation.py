@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 
 from sim.cli import cli
 from sim.scenario import ScenarioError, check_references, load_scenario, parse_override
-from tests.conftest import REPO, SHARED_TRACE, make_doc
+from tests.conftest import REPO, make_doc
 
 SCENARIO_FILE = "scenario.yaml"
 
@@ -456,10 +456,6 @@ def test_scenarios_directory_is_not_empty():
     "path", [pytest.param(p, id=str(p.relative_to(REPO))) for p in SCENARIO_FILES]
 )
 def test_validate_every_shipped_scenario(path: Path):
-    doc = yaml.safe_load(path.read_text())
-    workload = doc.get("workload", {}) if isinstance(doc, dict) else {}
-    if workload.get("kind") == "mooncake" and not SHARED_TRACE.exists():
-        pytest.skip(f"needs the shared Mooncake trace at {SHARED_TRACE}, which is absent")
     result = CliRunner().invoke(cli, ["validate", str(path)])
     assert result.exit_code == 0, result.stderr
     assert "valid" in result.stdout
