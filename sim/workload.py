@@ -114,7 +114,8 @@ class MultiturnWorkload(WorkloadSpec):
 class MooncakeWorkload(WorkloadSpec):
     kind: Literal["mooncake"]
     path: str
-    """Made relative to the scenario file's folder by `load_scenario`."""
+    """Made absolute by `load_scenario`: relative to the scenario file's folder when written in
+    the file, to the current directory when given as an override. A `.gz` file is read as gzip."""
     block_tokens: Annotated[int, Field(strict=True, ge=1, le=2**20)] = 512
     time_scale: PositiveFloat = 1.0
     limit: PositiveInt | None = None
