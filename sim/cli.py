@@ -97,7 +97,8 @@ _set_option = click.option(
     "overrides",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Override a scenario value by dotted key (repeatable).",
+    help="Override a scenario value by dotted key (repeatable); a relative path is relative to "
+    "the current directory.",
 )
 _out_option = click.option(
     "--out",

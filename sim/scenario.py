@@ -227,7 +227,7 @@ class Scenario(Strict):
         return self.storage.pools.get(pool, StoragePoolSpec())
 
     def trace_path(self) -> Path | None:
-        """The replayed trace; `load_scenario` already made it relative to the YAML's folder."""
+        """The replayed trace; `load_scenario` made a relative one absolute (docs/scenarios.md)."""
         return self.workload.trace_path()
 
     @classmethod
@@ -485,7 +485,13 @@ def _is_union_tag(part: Any, loc: tuple[Any, ...]) -> bool:
 def load_scenario(
     path: str | Path, overrides: list[str] | dict[str, Any] | None = None
 ) -> Scenario:
-    """Load and validate a scenario YAML file, applying `--set` style overrides."""
+    """Load and validate a scenario YAML file, applying `--set` style overrides.
+
+    A relative path is relative to where it was written: one in the file to the file's folder,
+    one given as an override to the current directory (as any path on a command line is). The
+    file's own paths are made absolute before the overrides are applied, so whatever is still
+    relative afterwards came from an override.
+    """
     path = Path(path)
     doc = read_document(path)
     items = (
@@ -493,14 +499,15 @@ def load_scenario(
         if isinstance(overrides, list)
         else list((overrides or {}).items())
     )
+    resolve_paths(doc, path.parent)
     for key, value in items:
         apply_override(doc, key, value)
-    resolve_paths(doc, path.parent)
+    resolve_paths(doc, Path.cwd())
     return build_scenario(doc, str(path))
 
 
 def resolve_paths(doc: dict[str, Any], base_dir: Path) -> None:
-    """Make a relative `workload.path` relative to the scenario file's folder, in place."""
+    """Make a relative `workload.path` relative to `base_dir`, in place (absolute paths stay)."""
     workload = doc.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("path"), str):
         trace = Path(workload["path"])

@@ -9,10 +9,13 @@ from a counter instead of the interner, which keeps memory proportional to the s
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import math
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Protocol
@@ -34,6 +37,9 @@ from sim.spec import (
 
 FRESH_KEY_BASE = 1 << 48
 """Unshareable page keys start here, far above any interned or trace-derived key."""
+
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of every gzip stream."""
 
 
 @dataclass(slots=True)
@@ -108,7 +114,8 @@ class MultiturnWorkload(WorkloadSpec):
 class MooncakeWorkload(WorkloadSpec):
     kind: Literal["mooncake"]
     path: str
-    """Made relative to the scenario file's folder by `load_scenario`."""
+    """Made absolute by `load_scenario`: relative to the scenario file's folder when written in
+    the file, to the current directory when given as an override. A `.gz` file is read as gzip."""
     block_tokens: Annotated[int, Field(strict=True, ge=1, le=2**20)] = 512
     time_scale: PositiveFloat = 1.0
     limit: PositiveInt | None = None
@@ -262,32 +269,63 @@ TraceRecord = tuple[float, int, int, list[int]]
 
 
 def iter_trace(path: Path, block_tokens: int) -> Iterator[tuple[int, TraceRecord]]:
-    """Validated trace records with their line numbers; a bad line raises ScenarioError."""
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise ScenarioError(str(path), "workload.path", f"cannot read trace: {exc}") from None
+    """Validated trace records with their line numbers; a bad line raises ScenarioError.
+
+    A gzip file (a `.gz` suffix, or the gzip magic bytes under any name) is decompressed as it
+    is read, line by line, so memory stays bounded by the longest line either way. A corrupt or
+    truncated gzip stream is bad input like a bad line: it names the line it could not read.
+    """
+    with ExitStack() as stack:
+        try:
+            raw = stack.enter_context(path.open("rb"))
+            compressed = path.suffix == ".gz" or raw.peek(2)[:2] == GZIP_MAGIC
+        except OSError as exc:
+            raise ScenarioError(str(path), "workload.path", f"cannot read trace: {exc}") from None
+        handle: Iterable[bytes] = (
+            stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")) if compressed else raw
+        )
+        yield from _records(_lines(handle, compressed, str(path)), block_tokens, str(path))
+
+
+def _lines(handle: Iterable[bytes], compressed: bool, source: str) -> Iterator[tuple[int, bytes]]:
+    """Numbered raw lines; a read or decompression failure names the line it stopped at."""
+    line_no = 0
+    lines = iter(handle)
+    while True:
+        try:
+            raw = next(lines, None)
+        except (OSError, EOFError, zlib.error) as exc:
+            what = "not a valid gzip stream" if compressed else "cannot read trace"
+            raise ScenarioError(source, f"line {line_no + 1}", f"{what}: {exc}") from None
+        if raw is None:
+            return
+        line_no += 1
+        yield line_no, raw
+
+
+def _records(
+    lines: Iterator[tuple[int, bytes]], block_tokens: int, source: str
+) -> Iterator[tuple[int, TraceRecord]]:
     last_ts = -math.inf
-    with handle:
-        for line_no, raw in enumerate(handle, start=1):
-            where = f"line {line_no}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ScenarioError(str(path), where, "not UTF-8 text") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ScenarioError(str(path), where, f"not valid JSON: {exc.msg}") from None
-            except (ValueError, RecursionError) as exc:
-                raise ScenarioError(str(path), where, f"not usable JSON: {exc}") from None
-            rec = _trace_record(obj, block_tokens, str(path), where)
-            if rec[0] < last_ts:
-                raise ScenarioError(str(path), where, "timestamp goes backwards")
-            last_ts = rec[0]
-            yield line_no, rec
+    for line_no, raw in lines:
+        where = f"line {line_no}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScenarioError(source, where, "not UTF-8 text") from None
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(source, where, f"not valid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:
+            raise ScenarioError(source, where, f"not usable JSON: {exc}") from None
+        rec = _trace_record(obj, block_tokens, source, where)
+        if rec[0] < last_ts:
+            raise ScenarioError(source, where, "timestamp goes backwards")
+        last_ts = rec[0]
+        yield line_no, rec
 
 
 def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> TraceRecord:

@@ -1,4 +1,4 @@
-"""Shared test helpers: small scenarios built in code, and the path to the shared trace."""
+"""Shared test helpers: small scenarios built in code, and the path to the repository's trace."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from sim.cli import cli
 from sim.scenario import Scenario, apply_override, build_scenario
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+CONVERSATION_TRACE = REPO / "traces" / "mooncake_conversation_trace.jsonl.gz"
+"""The Mooncake conversation trace as the repository ships it (traces/README.md)."""
 
 BASE: dict[str, Any] = {
     "name": "test",

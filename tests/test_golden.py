@@ -7,14 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED_TRACE
 from tests.golden_summaries import golden_path, scenario_files, summary_of
 
 
 @pytest.mark.parametrize("scenario", scenario_files(), ids=lambda p: p.stem)
 def test_scenario_matches_its_golden_summary(scenario: Path) -> None:
-    if "mooncake" in scenario.name and not SHARED_TRACE.exists():
-        pytest.skip(f"trace not present at {SHARED_TRACE}")
     golden = json.loads(golden_path(scenario).read_text())
     actual = summary_of(scenario)
     assert actual.keys() == golden.keys()

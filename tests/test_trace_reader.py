@@ -1,13 +1,17 @@
 """The Mooncake trace reader: every bad line is a ScenarioError naming its line number.
 
 Lines are JSON objects with `timestamp` (ms, non-decreasing), `input_length`, `output_length`
-and `hash_ids`, where `len(hash_ids) == ceil(input_length / block_tokens)`.
+and `hash_ids`, where `len(hash_ids) == ceil(input_length / block_tokens)`. A gzip file reads
+as its decompressed content, and a corrupt gzip stream is bad input like a bad line.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ from click.testing import CliRunner
 from sim.cli import cli
 from sim.scenario import ScenarioError
 from sim.workload import iter_trace
-from tests.conftest import SHARED_TRACE, make_doc
+from tests.conftest import CONVERSATION_TRACE, make_doc
 
 BLOCK = 512
 
@@ -34,6 +38,13 @@ def rec(ts: Any = 0, inp: Any = 1000, out: Any = 10, ids: Any = None, **extra: A
 def write_trace(tmp_path: Path, lines: list[str], name: str = "trace.jsonl") -> Path:
     path = tmp_path / name
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def write_gzip_trace(tmp_path: Path, lines: list[str], name: str = "trace.jsonl.gz") -> Path:
+    path = tmp_path / name
+    text = "".join(line + "\n" for line in lines)
+    path.write_bytes(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
     return path
 
 
@@ -102,12 +113,19 @@ def test_last_line_without_newline(tmp_path: Path):
     assert [n for n, _ in iter_trace(path, BLOCK)] == [1, 2]
 
 
-@pytest.mark.skipif(not SHARED_TRACE.exists(), reason=f"shared trace absent: {SHARED_TRACE}")
-def test_shared_trace_head_parses(tmp_path: Path):
-    head = SHARED_TRACE.read_text(encoding="utf-8").splitlines()[:200]
-    path = write_trace(tmp_path, head)
-    got = list(iter_trace(path, BLOCK))
-    assert len(got) == 200
+CONVERSATION_TRACE_SHA256 = "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df"
+"""SHA-256 of the published conversation_trace.jsonl (traces/README.md)."""
+
+
+def test_shipped_trace_is_the_published_file():
+    data = gzip.decompress(CONVERSATION_TRACE.read_bytes())
+    assert hashlib.sha256(data).hexdigest() == CONVERSATION_TRACE_SHA256
+    assert data.count(b"\n") == 12031
+
+
+def test_shipped_trace_reads_in_full():
+    got = list(iter_trace(CONVERSATION_TRACE, BLOCK))
+    assert [n for n, _ in got] == list(range(1, 12032))
     for _, (_, inp, _, ids) in got:
         assert len(ids) == -(-inp // BLOCK)
 
@@ -211,6 +229,86 @@ def test_missing_trace_file(tmp_path: Path):
     assert "absent.jsonl" in str(info.value)
 
 
+# --- gzip ----------------------------------------------------------------------------------------
+
+
+def small_trace_lines(n: int = 40) -> list[str]:
+    return [rec(i * 10.5, 1000 - i, i % 7, [i % 3, 100 + i]) for i in range(n)] + ["", rec(999)]
+
+
+def test_gzipped_trace_reads_as_the_plain_one(tmp_path: Path):
+    plain = write_trace(tmp_path, small_trace_lines())
+    packed = write_gzip_trace(tmp_path, small_trace_lines())
+    assert list(iter_trace(packed, BLOCK)) == list(iter_trace(plain, BLOCK))
+    assert len(list(iter_trace(packed, BLOCK))) == 41
+
+
+def test_gzip_is_recognised_by_its_magic_bytes_under_any_name(tmp_path: Path):
+    plain = write_trace(tmp_path, small_trace_lines())
+    packed = write_gzip_trace(tmp_path, small_trace_lines(), name="packed.jsonl")
+    assert list(iter_trace(packed, BLOCK)) == list(iter_trace(plain, BLOCK))
+
+
+def test_empty_gzip_file_yields_nothing(tmp_path: Path):
+    path = tmp_path / "trace.jsonl.gz"
+    path.write_bytes(b"")
+    assert list(iter_trace(path, BLOCK)) == []
+    assert list(iter_trace(write_gzip_trace(tmp_path, []), BLOCK)) == []
+
+
+@pytest.mark.parametrize(("bad", "needle"), [pytest.param(b, n, id=i) for i, b, n in BAD_LINES])
+def test_bad_line_in_a_gzipped_trace_names_the_same_line(tmp_path: Path, bad: str, needle: str):
+    path = write_gzip_trace(tmp_path, [rec(0), "", rec(1), bad, rec(2)])
+    seen, err = read_until_error(path)
+    assert seen == [1, 3]
+    assert err.source == str(path)
+    assert err.key is not None and err.key.startswith("line 4"), err.key
+    assert needle in str(err)
+
+
+def test_truncated_gzip_stream_names_the_file_and_the_line(tmp_path: Path):
+    lines = [rec(i, 1000, 5, [i % 1000, 5000 + i]) for i in range(2000)]
+    whole = write_gzip_trace(tmp_path, lines).read_bytes()
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    seen, err = read_until_error(path)
+    assert 0 < len(seen) < 2000
+    assert seen == list(range(1, len(seen) + 1)), "the lines before the cut are still yielded"
+    assert err.source == str(path)
+    assert err.key == f"line {len(seen) + 1}"
+    assert "not a valid gzip stream" in err.message
+    assert "cut.jsonl.gz" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("damage", "needle"),
+    [
+        pytest.param(lambda b: b[:-4], "ended before", id="trailer-cut"),
+        pytest.param(lambda b: b[:-8] + bytes([b[-8] ^ 1]) + b[-7:], "CRC", id="bad-crc"),
+        pytest.param(lambda b: b[:5], "ended before", id="header-only"),
+        pytest.param(lambda b: b[:10] + b"\xff" * 40 + b[50:], "", id="garbled-deflate"),
+    ],
+)
+def test_corrupt_gzip_stream_is_bad_input_naming_the_file(
+    tmp_path: Path, damage: Callable[[bytes], bytes], needle: str
+):
+    whole = write_gzip_trace(tmp_path, small_trace_lines()).read_bytes()
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(damage(whole))
+    _, err = read_until_error(path)
+    assert err.source == str(path)
+    assert err.key is not None and err.key.startswith("line ")
+    assert needle in err.message
+
+
+def test_plain_text_named_gz_is_bad_input(tmp_path: Path):
+    path = write_trace(tmp_path, [rec(0)], name="trace.jsonl.gz")
+    seen, err = read_until_error(path)
+    assert seen == []
+    assert err.key == "line 1"
+    assert "not a valid gzip stream" in err.message
+
+
 # --- through the CLI -----------------------------------------------------------------------------
 
 
@@ -244,19 +342,37 @@ def test_cli_validate_counts_a_good_trace(tmp_path: Path, monkeypatch: pytest.Mo
         pytest.param(rec(50) + "\n" + rec(10) + "\n", 2, id="backwards"),
     ],
 )
+@pytest.mark.parametrize("name", ["trace.jsonl", "trace.jsonl.gz"])
 def test_cli_validate_bad_trace_exits_2_naming_the_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str, line: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str, line: int, name: str
 ):
-    (tmp_path / "trace.jsonl").write_text(content, encoding="utf-8")
-    mooncake_scenario(tmp_path, "trace.jsonl")
+    data = content.encode("utf-8")
+    (tmp_path / name).write_bytes(gzip.compress(data, mtime=0) if name.endswith(".gz") else data)
+    mooncake_scenario(tmp_path, name)
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["validate", "mooncake.yaml"])
     assert result.exit_code == 2, (result.output, result.stderr)
     assert isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.stderr + result.output
-    assert "trace.jsonl" in result.stderr
+    assert name in result.stderr
     assert f"line {line}" in result.stderr
-    assert sorted(os.listdir(tmp_path)) == ["mooncake.yaml", "trace.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == ["mooncake.yaml", name]
+
+
+def test_cli_run_truncated_gzip_trace_exits_2_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    lines = [rec(i, 1000, 5, [i % 1000, 5000 + i]) for i in range(2000)]
+    whole = write_gzip_trace(tmp_path, lines).read_bytes()
+    (tmp_path / "trace.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    mooncake_scenario(tmp_path, "trace.jsonl.gz")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["run", "mooncake.yaml", "--out", "out"])
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert "Traceback" not in result.stderr + result.output
+    assert "trace.jsonl.gz" in result.stderr
+    assert "not a valid gzip stream" in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["mooncake.yaml", "trace.jsonl.gz"]
 
 
 def test_cli_run_bad_trace_exits_2_and_writes_nothing(
@@ -279,9 +395,8 @@ def test_cli_run_bad_trace_exits_2_and_writes_nothing(
     assert sorted(os.listdir(tmp_path)) == ["work"]
 
 
-@pytest.mark.skipif(not SHARED_TRACE.exists(), reason=f"shared trace absent: {SHARED_TRACE}")
-def test_cli_validate_shared_trace(tmp_path: Path):
-    path = mooncake_scenario(tmp_path, str(SHARED_TRACE), limit=50)
+def test_cli_validate_shipped_trace(tmp_path: Path):
+    path = mooncake_scenario(tmp_path, str(CONVERSATION_TRACE), limit=50)
     result = CliRunner().invoke(cli, ["validate", str(path)])
     assert result.exit_code == 0, result.stderr
     assert "valid" in result.stdout

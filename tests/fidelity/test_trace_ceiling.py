@@ -8,6 +8,7 @@ Requests that arrive at the same instant cannot reuse each other's prefill, so t
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import yaml
 
 from sim.runner import run
 from sim.scenario import load_scenario
-from tests.conftest import SHARED_TRACE
+from tests.conftest import CONVERSATION_TRACE
 
 PAGE = 64
 BLOCK = 512
@@ -28,7 +29,8 @@ def ceiling_pages(trace: Path) -> list[int]:
     pending: list[list[tuple[int, int]]] = []
     last_ts = None
     out = []
-    with trace.open() as handle:
+    opener = gzip.open if trace.suffix == ".gz" else open
+    with opener(trace, "rt", encoding="utf-8") as handle:
         for line in handle:
             rec = json.loads(line)
             if rec["timestamp"] != last_ts:
@@ -103,6 +105,5 @@ def test_synthetic_trace_reaches_its_ceiling(tmp_path: Path, seed: int) -> None:
     assert_reaches_ceiling(tmp_path, synthetic_trace(tmp_path / "trace.jsonl", seed))
 
 
-@pytest.mark.skipif(not SHARED_TRACE.exists(), reason=f"trace not present at {SHARED_TRACE}")
 def test_mooncake_conversation_trace_reaches_its_ceiling(tmp_path: Path) -> None:
-    assert_reaches_ceiling(tmp_path, SHARED_TRACE)
+    assert_reaches_ceiling(tmp_path, CONVERSATION_TRACE)
