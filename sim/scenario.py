@@ -107,8 +107,8 @@ class ModelSpec(Strict):
 
     @model_serializer(mode="wrap")
     def _without_absent_preset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A model without a preset dumps as it did before presets existed (same resolved
-        config, same sweep task keys)."""
+        """A model without a preset dumps no `preset` key, so the resolved configs and sweep
+        task keys of such scenarios do not depend on presets."""
         data: dict[str, Any] = handler(self)
         if data.get("preset") is None:
             data.pop("preset", None)

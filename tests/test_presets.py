@@ -116,6 +116,16 @@ def test_interleaved_puts_the_full_layer_last_in_each_group() -> None:
     assert interleaved(7, every=3).count("full_attention") == 2
 
 
+def test_docs_quote_every_derived_size() -> None:
+    """docs/model.md lists each preset's derived sizes; a changed preset must change the page."""
+    page = (REPO / "docs" / "model.md").read_text()
+    for name, pools in EXPECTED.items():
+        assert f"`{name}`" in page, name
+        for spec in pools.values():
+            for value in spec.values():
+                assert f"{value:,}" in page, (name, value)
+
+
 # ---------------------------------------------------------------- in a scenario
 
 
