@@ -1,5 +1,6 @@
 """Scenario documents: safe YAML with duplicate keys, self-referring aliases and binary data
-refused, and `--set dotted.key=value` overrides applied to the plain mapping before validation.
+refused, `--set dotted.key=value` overrides applied to the plain mapping before validation, and
+defaults layered under what a document writes (a model preset's pool specs).
 
 Every failure is a `ScenarioError` naming the file (or `--set`) and, where one is known, the
 dotted key and the line.
@@ -129,6 +130,19 @@ def apply_override(doc: dict[str, Any], key: str, value: Any, source: str = "--s
             raise ScenarioError(source, ".".join(parts[: i + 1]), "is not a mapping")
         node = child
     node[parts[-1]] = value
+
+
+def layered(defaults: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` over `defaults`, mapping by mapping: what `doc` writes wins (null included), a
+    mapping on both sides is layered in turn, and keys only in `defaults` are kept. Neither
+    argument is changed."""
+    merged = dict(defaults)
+    for key, value in doc.items():
+        below = merged.get(key)
+        if isinstance(below, dict) and isinstance(value, dict):
+            value = layered(below, value)
+        merged[key] = value
+    return merged
 
 
 def read_document(path: Path) -> dict[str, Any]:

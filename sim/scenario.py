@@ -4,10 +4,11 @@ A scenario is a frozen, strictly validated tree of pydantic models. Unknown keys
 any depth, ranges are checked, and cross-field rules (a pool the model lacks, block sizes that
 do not divide into pages) are enforced here so that the model and the engine can trust their
 input. The parts that name an implementation — pool kinds, heal rules, hit queries, prefetch
-policies, workload kinds — are taken from the registries of those extension points, so the
-schema accepts exactly what is registered. `load_scenario` turns a YAML file (read by
-`sim.documents`) plus `--set` overrides into a `Scenario`, and every failure becomes a
-`ScenarioError` that names the file and the offending key.
+policies, workload kinds, model presets — are taken from the registries of those extension
+points, so the schema accepts exactly what is registered. A model preset is expanded before
+anything is validated: its derived pool specs become the defaults of `model:`. `load_scenario`
+turns a YAML file (read by `sim.documents`) plus `--set` overrides into a `Scenario`, and every
+failure becomes a `ScenarioError` that names the file and the offending key.
 """
 
 from __future__ import annotations
@@ -20,12 +21,21 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, cast, get_args
 
-from pydantic import Field, ValidationError, create_model, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    create_model,
+    model_serializer,
+    model_validator,
+)
 
-from sim.documents import apply_override, parse_override, read_document
+from sim.documents import apply_override, layered, parse_override, read_document
 from sim.heal import RULES
 from sim.model.pools import KV, POOL_KINDS, KVPoolSpec, PoolSpec
 from sim.model.prefetch import PREFETCH_POLICIES
+from sim.model.presets import MODEL_PRESETS
 from sim.model.storage import HIT_QUERIES
 from sim.registry import Registry
 from sim.sizes import expected, normalize_sizes, size_keys
@@ -63,11 +73,52 @@ __all__ = [
 ]
 
 
-class ModelSpec(Strict):
-    """`model:` — the page size and one spec per pool the model has (KV always)."""
+def _kv_or_preset(schema: dict[str, Any]) -> None:
+    """In a file, `kv` may come from the preset instead of being written out."""
+    schema["required"] = [key for key in schema.get("required", ()) if key != "kv"]
+    if not schema["required"]:
+        del schema["required"]
+    schema["anyOf"] = [
+        {"required": ["kv"]},
+        {"required": ["preset"], "properties": {"preset": {"type": "string"}}},
+    ]
 
+
+class ModelSpec(Strict):
+    """`model:` — the page size, one spec per pool the model has (KV always), and the preset
+    they were derived from, if any."""
+
+    model_config = ConfigDict(json_schema_extra=_kv_or_preset)
+
+    preset: str | None = None
+    """One of `sim.model.presets.MODEL_PRESETS`: its derived pool specs are the defaults of
+    `kv`, `swa` and `mamba`, field by field under what the file writes (`null` drops a pool);
+    kept in the resolved config as provenance."""
     page_size: Annotated[int, Field(strict=True, ge=1, le=2**16)] = 64
     kv: KVPoolSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_preset(cls, data: Any) -> Any:
+        """Done before validation, so every way in (a file, `--set`, a plain mapping, a sweep
+        point, a pickle) sees the same expanded model."""
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        name = data["preset"]
+        preset = MODEL_PRESETS.get(name) if isinstance(name, str) else None
+        if preset is None:
+            known = ", ".join(MODEL_PRESETS)
+            raise KeyedError("model.preset", f"unknown preset {name!r}; known presets: {known}")
+        return layered(preset.pool_specs(), data)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_preset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A model without a preset dumps no `preset` key, so the resolved configs and sweep
+        task keys of such scenarios do not depend on presets."""
+        data: dict[str, Any] = handler(self)
+        if data.get("preset") is None:
+            data.pop("preset", None)
+        return data
 
     def pool_spec(self, name: str) -> PoolSpec | None:
         return cast(PoolSpec | None, getattr(self, name, None))
@@ -201,11 +252,14 @@ class Scenario(Strict):
             key = kind.device_key
             present = getattr(self.device, key, None) is not None
             if present and kind.name not in pools:
-                raise KeyedError(f"device.{key}", f"the model has no {kind.name} pool")
+                raise KeyedError(f"device.{key}", self._lacks(kind.name))
             if not present and kind.name in pools:
-                raise KeyedError(
-                    f"device.{key}", f"required because the model has a {kind.name} pool"
+                why = (
+                    f"preset {self.model.preset} brings a {kind.name} pool"
+                    if kind.name in self._preset_pools()
+                    else f"the model has a {kind.name} pool"
                 )
+                raise KeyedError(f"device.{key}", f"required because {why}")
         for name in pools:
             tokens = getattr(self.model.pool_spec(name), "checkpoint_tokens", None)
             if tokens is not None and tokens % self.model.page_size:
@@ -214,13 +268,33 @@ class Scenario(Strict):
                 )
         for pool in self.storage.pools:
             if pool not in pools:
-                raise KeyedError(f"storage.pools.{pool}", f"the model has no {pool} pool")
+                raise KeyedError(f"storage.pools.{pool}", self._lacks(pool))
         self.workload.check(self.model.page_size)
         if self.sweep is not None:
             for key in self.sweep.grid:
                 if key.split(".")[0] == "sweep":
                     raise KeyedError(f"sweep.grid.{key}", "a sweep cannot sweep itself")
+                if key == "model.preset":
+                    raise KeyedError(
+                        f"sweep.grid.{key}",
+                        "a sweep point starts from this scenario's derived sizes, which would "
+                        "override another preset's: write one scenario per preset",
+                    )
         return self
+
+    def _preset_pools(self) -> tuple[str, ...]:
+        preset = MODEL_PRESETS.get(self.model.preset or "")
+        return () if preset is None else preset.pools
+
+    def _lacks(self, pool: str) -> str:
+        """Why a key names a pool the model does not have, with what the preset brought."""
+        brought = self._preset_pools()
+        lacks = f"the model has no {pool} pool"
+        if pool in brought:
+            return f"{lacks} (model.{pool} is null, dropping the preset's)"
+        if brought:
+            return f"{lacks} (preset {self.model.preset} brings {', '.join(brought)})"
+        return lacks
 
     def storage_pool(self, pool: str) -> StoragePoolSpec:
         """A pool's storage settings; pools left out of the YAML get the defaults."""
@@ -267,13 +341,12 @@ def scenario_model() -> type[Scenario]:
     """The validating scenario class for the registries as they are now.
 
     The fields whose accepted values come from a registry (pools, heal rules, hit queries,
-    policies, workload kinds) are declared loosely on `Scenario` and its parts, which is what
-    the rest of the code is typed against; this subclass tightens them, and is rebuilt when a
-    registry changes.
+    policies, workload kinds, model presets) are declared loosely on `Scenario` and its parts,
+    which is what the rest of the code is typed against; this subclass tightens them, and is
+    rebuilt when a registry changes.
     """
-    return _schema(
-        *(r.version for r in (POOL_KINDS, RULES, HIT_QUERIES, PREFETCH_POLICIES, WORKLOAD_KINDS))
-    )
+    registries = (POOL_KINDS, RULES, HIT_QUERIES, PREFETCH_POLICIES, WORKLOAD_KINDS, MODEL_PRESETS)
+    return _schema(*(r.version for r in registries))
 
 
 @cache
@@ -283,6 +356,7 @@ def _schema(*versions: int) -> type[Scenario]:
         "ModelSpec",
         __base__=ModelSpec,
         __doc__=ModelSpec.__doc__,
+        preset=(_one_of(MODEL_PRESETS) | None, None),
         **{kind.name: (kind.spec | None, None) for kind in aux},  # type: ignore[call-overload]
     )
     device = create_model(

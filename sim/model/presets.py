@@ -1,0 +1,322 @@
+"""Model presets: the pool sizes of real hybrid models, derived from their published configs.
+
+A preset records the fields of a model's `config.json` that size SGLang's pools and derives the
+scenario's `model.kv`, `model.swa` and `model.mamba` from them as SGLang sizes its device pools,
+for one rank holding the whole model (the simulator does not model tensor parallelism). A
+scenario selects one with `model: {preset: <name>}` and `sim.scenario` layers what the file
+writes over the derived specs, so a preset is a set of defaults, never a constraint. Each
+architecture family is a frozen dataclass with one method per derived size; adding a model is
+one instance and one `MODEL_PRESETS.register` line, and the schema accepts exactly the
+registered names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sim.registry import Registry
+
+BF16_BYTES = 2
+FP32_BYTES = 4
+"""SGLang keeps KV in the model's dtype (2 bytes for every preset here), the Mamba conv state in
+bf16 (`SGLANG_MAMBA_CONV_DTYPE`'s default) and the SSM / linear-attention state in float32
+(`mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32)."""
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+
+
+def interleaved(num_hidden_layers: int, every: int) -> tuple[str, ...]:
+    """`layer_types` with every `every`-th layer (counting from 1) full attention and the rest
+    sliding window: how transformers expands Gemma 3's `sliding_window_pattern`, and the
+    alternation gpt-oss writes out in its config."""
+    return tuple(FULL if (i + 1) % every == 0 else SLIDING for i in range(num_hidden_layers))
+
+
+def attention_bytes_per_token(
+    layers: int, num_key_value_heads: int, head_dim: int, dtype_bytes: int
+) -> int:
+    """One token's K and V over `layers` attention layers."""
+    return layers * 2 * num_key_value_heads * head_dim * dtype_bytes
+
+
+def mamba2_state_bytes(
+    *,
+    layers: int,
+    intermediate_size: int,
+    n_groups: int,
+    num_heads: int,
+    head_dim: int,
+    state_size: int,
+    conv_kernel: int,
+    conv_dtype_bytes: int,
+    ssm_dtype_bytes: int,
+) -> int:
+    """One request's recurrent state as SGLang's Mamba pool holds it (`Mamba2StateShape`): per
+    layer, a conv state of the last `conv_kernel - 1` inputs over `intermediate_size + 2 ·
+    n_groups · state_size` channels, and an SSM state of `num_heads × head_dim × state_size`.
+    Both are restored together, so both are one storage object."""
+    conv = (intermediate_size + 2 * n_groups * state_size) * (conv_kernel - 1)
+    ssm = num_heads * head_dim * state_size
+    return layers * (conv * conv_dtype_bytes + ssm * ssm_dtype_bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPreset:
+    """A model's config fields; subclasses derive its `model:` pool specs."""
+
+    source: str
+    """The model whose `config.json` the fields are copied from (its id on the model hub)."""
+
+    def pool_specs(self) -> dict[str, dict[str, int]]:
+        """The derived `model.<pool>` specs, keyed by pool name."""
+        raise NotImplementedError
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        return tuple(self.pool_specs())
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowHybrid(ModelPreset):
+    """Full-attention layers interleaved with sliding-window layers of the same head layout
+    (gpt-oss, Gemma 3). The full layers are the KV pool; the sliding ones are the SWA pool,
+    which a request needs only for the last `sliding_window` tokens."""
+
+    layer_types: tuple[str, ...]
+    num_key_value_heads: int
+    head_dim: int
+    sliding_window: int
+    dtype_bytes: int = BF16_BYTES
+
+    def __post_init__(self) -> None:
+        _check_types(self.layer_types, {FULL, SLIDING})
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.layer_types.count(FULL)
+
+    @property
+    def sliding_window_layers(self) -> int:
+        return self.layer_types.count(SLIDING)
+
+    def kv_bytes_per_token(self) -> int:
+        return attention_bytes_per_token(
+            self.full_attention_layers, self.num_key_value_heads, self.head_dim, self.dtype_bytes
+        )
+
+    def swa_bytes_per_token(self) -> int:
+        return attention_bytes_per_token(
+            self.sliding_window_layers, self.num_key_value_heads, self.head_dim, self.dtype_bytes
+        )
+
+    def pool_specs(self) -> dict[str, dict[str, int]]:
+        return {
+            "kv": {"bytes_per_token": self.kv_bytes_per_token()},
+            "swa": {
+                "window_tokens": self.sliding_window,
+                "bytes_per_token": self.swa_bytes_per_token(),
+            },
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatedDeltaNetHybrid(ModelPreset):
+    """Gated attention every `full_attention_interval`-th layer, Gated DeltaNet linear attention
+    in the others (Qwen3-Next). SGLang keeps the linear layers' state in its Mamba pool, sized
+    as a Mamba-2 state: value heads are the heads, key heads the groups, the key head dim the
+    state size, and the conv runs over query, key and value."""
+
+    num_hidden_layers: int
+    full_attention_interval: int
+    num_key_value_heads: int
+    head_dim: int
+    linear_num_value_heads: int
+    linear_num_key_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel_dim: int
+    dtype_bytes: int = BF16_BYTES
+    conv_dtype_bytes: int = BF16_BYTES
+    ssm_dtype_bytes: int = FP32_BYTES
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.num_hidden_layers // self.full_attention_interval
+
+    @property
+    def linear_attention_layers(self) -> int:
+        return self.num_hidden_layers - self.full_attention_layers
+
+    def kv_bytes_per_token(self) -> int:
+        return attention_bytes_per_token(
+            self.full_attention_layers, self.num_key_value_heads, self.head_dim, self.dtype_bytes
+        )
+
+    def mamba_state_bytes(self) -> int:
+        return mamba2_state_bytes(
+            layers=self.linear_attention_layers,
+            intermediate_size=self.linear_num_value_heads * self.linear_value_head_dim,
+            n_groups=self.linear_num_key_heads,
+            num_heads=self.linear_num_value_heads,
+            head_dim=self.linear_value_head_dim,
+            state_size=self.linear_key_head_dim,
+            conv_kernel=self.linear_conv_kernel_dim,
+            conv_dtype_bytes=self.conv_dtype_bytes,
+            ssm_dtype_bytes=self.ssm_dtype_bytes,
+        )
+
+    def pool_specs(self) -> dict[str, dict[str, int]]:
+        return {
+            "kv": {"bytes_per_token": self.kv_bytes_per_token()},
+            "mamba": {"state_bytes": self.mamba_state_bytes()},
+        }
+
+
+MAMBA = "M"
+ATTENTION = "*"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mamba2Hybrid(ModelPreset):
+    """Mamba-2 layers with a few attention layers, laid out by `hybrid_override_pattern`
+    (Nemotron-H: `M` Mamba-2, `*` attention, `-` MLP, `E` MoE; MLP and MoE layers hold no
+    state)."""
+
+    hybrid_override_pattern: str
+    num_key_value_heads: int
+    attention_head_dim: int
+    mamba_num_heads: int
+    mamba_head_dim: int
+    n_groups: int
+    ssm_state_size: int
+    conv_kernel: int
+    dtype_bytes: int = BF16_BYTES
+    conv_dtype_bytes: int = BF16_BYTES
+    ssm_dtype_bytes: int = FP32_BYTES
+
+    def __post_init__(self) -> None:
+        _check_types(self.hybrid_override_pattern, {MAMBA, ATTENTION, "-", "E"})
+
+    @property
+    def attention_layers(self) -> int:
+        return self.hybrid_override_pattern.count(ATTENTION)
+
+    @property
+    def mamba_layers(self) -> int:
+        return self.hybrid_override_pattern.count(MAMBA)
+
+    def kv_bytes_per_token(self) -> int:
+        return attention_bytes_per_token(
+            self.attention_layers,
+            self.num_key_value_heads,
+            self.attention_head_dim,
+            self.dtype_bytes,
+        )
+
+    def mamba_state_bytes(self) -> int:
+        return mamba2_state_bytes(
+            layers=self.mamba_layers,
+            intermediate_size=self.mamba_num_heads * self.mamba_head_dim,
+            n_groups=self.n_groups,
+            num_heads=self.mamba_num_heads,
+            head_dim=self.mamba_head_dim,
+            state_size=self.ssm_state_size,
+            conv_kernel=self.conv_kernel,
+            conv_dtype_bytes=self.conv_dtype_bytes,
+            ssm_dtype_bytes=self.ssm_dtype_bytes,
+        )
+
+    def pool_specs(self) -> dict[str, dict[str, int]]:
+        return {
+            "kv": {"bytes_per_token": self.kv_bytes_per_token()},
+            "mamba": {"state_bytes": self.mamba_state_bytes()},
+        }
+
+
+def _check_types(layers: Iterable[Any], known: set[str]) -> None:
+    unknown = set(layers) - known
+    if unknown:
+        raise ValueError(f"unknown layer types {sorted(unknown)}; known: {sorted(known)}")
+
+
+MODEL_PRESETS: Registry[ModelPreset] = Registry("model preset")
+
+MODEL_PRESETS.register(
+    "gpt-oss-20b",
+    SlidingWindowHybrid(
+        source="openai/gpt-oss-20b",
+        layer_types=interleaved(24, every=2),
+        num_key_value_heads=8,
+        head_dim=64,
+        sliding_window=128,
+    ),
+)
+MODEL_PRESETS.register(
+    "gpt-oss-120b",
+    SlidingWindowHybrid(
+        source="openai/gpt-oss-120b",
+        layer_types=interleaved(36, every=2),
+        num_key_value_heads=8,
+        head_dim=64,
+        sliding_window=128,
+    ),
+)
+MODEL_PRESETS.register(
+    "gemma-3-27b",
+    SlidingWindowHybrid(
+        source="google/gemma-3-27b-it (text_config)",
+        layer_types=interleaved(62, every=6),
+        num_key_value_heads=16,
+        head_dim=128,
+        sliding_window=1024,
+    ),
+)
+MODEL_PRESETS.register(
+    "qwen3-next-80b-a3b",
+    GatedDeltaNetHybrid(
+        source="Qwen/Qwen3-Next-80B-A3B-Instruct",
+        num_hidden_layers=48,
+        full_attention_interval=4,
+        num_key_value_heads=2,
+        head_dim=256,
+        linear_num_value_heads=32,
+        linear_num_key_heads=16,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+    ),
+)
+MODEL_PRESETS.register(
+    "nemotron-h-8b",
+    Mamba2Hybrid(
+        source="nvidia/Nemotron-H-8B-Base-8K",
+        hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        num_key_value_heads=8,
+        attention_head_dim=128,
+        mamba_num_heads=128,
+        mamba_head_dim=64,
+        n_groups=8,
+        ssm_state_size=128,
+        conv_kernel=4,
+    ),
+)
+MODEL_PRESETS.register(
+    "nemotron-h-56b",
+    Mamba2Hybrid(
+        source="nvidia/Nemotron-H-56B-Base-8K",
+        hybrid_override_pattern=(
+            "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*"
+            "-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+        ),
+        num_key_value_heads=8,
+        attention_head_dim=128,
+        mamba_num_heads=256,
+        mamba_head_dim=64,
+        n_groups=8,
+        ssm_state_size=256,
+        conv_kernel=4,
+    ),
+)

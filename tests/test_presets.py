@@ -1,0 +1,280 @@
+"""Model presets (`sim.model.presets`): the derived pool sizes against figures worked out by
+hand from each model's config.json, and how a preset behaves in a scenario (defaults under what
+the file writes, provenance in the resolved config, errors that name `model.preset`)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import re
+from typing import Any
+
+import pytest
+
+from sim.documents import layered
+from sim.model.presets import MODEL_PRESETS, SlidingWindowHybrid, interleaved
+from sim.runner import run
+from sim.scenario import (
+    ScenarioError,
+    build_scenario,
+    load_scenario,
+    scenario_document,
+    scenario_model,
+)
+from tests.conftest import REPO, invoke, make_doc
+
+SHIPPED = REPO / "scenarios" / "presets" / "gpt_oss_120b.yaml"
+
+BF16, FP32 = 2, 4
+
+EXPECTED: dict[str, dict[str, dict[str, int]]] = {
+    # 24 layers alternating sliding / full: 12 + 12; 8 KV heads of 64; K and V; bf16
+    "gpt-oss-20b": {
+        "kv": {"bytes_per_token": 12 * 2 * 8 * 64 * BF16},  # 24,576
+        "swa": {"window_tokens": 128, "bytes_per_token": 12 * 2 * 8 * 64 * BF16},
+    },
+    # 36 layers alternating: 18 + 18
+    "gpt-oss-120b": {
+        "kv": {"bytes_per_token": 18 * 2 * 8 * 64 * BF16},  # 36,864
+        "swa": {"window_tokens": 128, "bytes_per_token": 18 * 2 * 8 * 64 * BF16},
+    },
+    # 62 layers, every 6th global: 10 global (layers 5, 11, ..., 59) + 52 local; 16 KV heads
+    # of 128
+    "gemma-3-27b": {
+        "kv": {"bytes_per_token": 10 * 2 * 16 * 128 * BF16},  # 81,920
+        "swa": {"window_tokens": 1024, "bytes_per_token": 52 * 2 * 16 * 128 * BF16},  # 425,984
+    },
+    # 48 layers, every 4th full: 12 full (2 KV heads of 256) + 36 Gated DeltaNet. Per linear
+    # layer: conv over q, k, v = 16·128 + 16·128 + 32·128 = 8,192 channels × 3 past inputs in
+    # bf16, and a 32 × 128 × 128 state in fp32
+    "qwen3-next-80b-a3b": {
+        "kv": {"bytes_per_token": 12 * 2 * 2 * 256 * BF16},  # 24,576
+        "mamba": {"state_bytes": 36 * (8192 * 3 * BF16 + 32 * 128 * 128 * FP32)},  # 77,266,944
+    },
+    # pattern of 52: 24 M, 4 *, 24 -; 8 KV heads of 128. Per Mamba-2 layer: conv over
+    # 128·64 + 2·8·128 = 10,240 channels × 3 in bf16, state 128 heads × 64 × 128 in fp32
+    "nemotron-h-8b": {
+        "kv": {"bytes_per_token": 4 * 2 * 8 * 128 * BF16},  # 16,384
+        "mamba": {"state_bytes": 24 * (10240 * 3 * BF16 + 128 * 64 * 128 * FP32)},  # 102,137,856
+    },
+    # pattern of 118: 54 M, 10 *, 54 -; conv over 256·64 + 2·8·256 = 20,480 channels, state
+    # 256 × 64 × 256
+    "nemotron-h-56b": {
+        "kv": {"bytes_per_token": 10 * 2 * 8 * 128 * BF16},  # 40,960
+        "mamba": {"state_bytes": 54 * (20480 * 3 * BF16 + 256 * 64 * 256 * FP32)},  # 912,605,184
+    },
+}
+
+
+def preset_doc(name: str, **model: Any) -> dict[str, Any]:
+    """The test base with this preset as its model and the device and storage keys its pools
+    need."""
+    doc = make_doc()
+    doc["model"] = {"preset": name, **model}
+    pools = set(EXPECTED[name])
+    doc["device"] = {"kv_pages": 2000}
+    if "swa" in pools:
+        doc["device"]["swa_pages"] = 2000
+    if "mamba" in pools:
+        doc["device"]["mamba_slots"] = 64
+    doc["storage"]["pools"] = {pool: {} for pool in pools}
+    return doc
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def test_every_preset_is_checked_here() -> None:
+    assert set(MODEL_PRESETS) == set(EXPECTED)
+    for name in MODEL_PRESETS:
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name), name
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_derived_sizes_match_the_hand_computed_figures(name: str) -> None:
+    assert MODEL_PRESETS[name].pool_specs() == EXPECTED[name]
+
+
+@pytest.mark.parametrize(
+    ("name", "counts"),
+    [
+        ("gpt-oss-20b", {"full_attention_layers": 12, "sliding_window_layers": 12}),
+        ("gpt-oss-120b", {"full_attention_layers": 18, "sliding_window_layers": 18}),
+        ("gemma-3-27b", {"full_attention_layers": 10, "sliding_window_layers": 52}),
+        ("qwen3-next-80b-a3b", {"full_attention_layers": 12, "linear_attention_layers": 36}),
+        ("nemotron-h-8b", {"attention_layers": 4, "mamba_layers": 24}),
+        ("nemotron-h-56b", {"attention_layers": 10, "mamba_layers": 54}),
+    ],
+)
+def test_layers_by_type(name: str, counts: dict[str, int]) -> None:
+    preset = MODEL_PRESETS[name]
+    assert {field: getattr(preset, field) for field in counts} == counts
+
+
+def test_interleaved_puts_the_full_layer_last_in_each_group() -> None:
+    assert interleaved(6, every=2) == ("sliding_attention", "full_attention") * 3
+    assert interleaved(7, every=3).count("full_attention") == 2
+
+
+def test_docs_quote_every_derived_size() -> None:
+    """docs/model.md lists each preset's derived sizes; a changed preset must change the page."""
+    page = (REPO / "docs" / "model.md").read_text()
+    for name, pools in EXPECTED.items():
+        assert f"`{name}`" in page, name
+        for spec in pools.values():
+            for value in spec.values():
+                assert f"{value:,}" in page, (name, value)
+
+
+# ---------------------------------------------------------------- in a scenario
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_preset_alone_gives_the_model_its_pools(name: str) -> None:
+    scenario = build_scenario(preset_doc(name))
+    assert scenario.model.preset == name
+    assert scenario.model.pools == tuple(EXPECTED[name])
+    for pool, spec in EXPECTED[name].items():
+        assert scenario.model.pool_spec(pool).model_dump(exclude_none=True) == spec  # type: ignore[union-attr]
+
+
+def test_what_the_file_writes_overrides_a_derived_field_and_keeps_the_rest() -> None:
+    scenario = build_scenario(preset_doc("gemma-3-27b", swa={"window_tokens": 512}))
+    assert scenario.model.swa.window_tokens == 512  # type: ignore[attr-defined]
+    assert scenario.model.swa.bytes_per_token == 425_984  # type: ignore[attr-defined]
+    assert scenario.model.kv.bytes_per_token == 81_920
+
+
+def test_set_overrides_apply_to_a_preset_scenario_file() -> None:
+    scenario = load_scenario(SHIPPED, ["model.page_size=32", "model.kv.bytes_per_token=1000"])
+    assert scenario.model.page_size == 32
+    assert scenario.model.kv.bytes_per_token == 1000
+    assert scenario.model.swa.bytes_per_token == 36_864  # type: ignore[attr-defined]
+    other = load_scenario(SHIPPED, ["model.preset=gpt-oss-20b"])
+    assert other.model.kv.bytes_per_token == 24_576
+
+
+def test_null_drops_a_pool_the_preset_brings() -> None:
+    doc = preset_doc("gpt-oss-120b", swa=None)
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(doc)
+    assert err.value.key == "device.swa_pages"
+    assert "model.swa is null" in err.value.message
+    del doc["device"]["swa_pages"]
+    del doc["storage"]["pools"]["swa"]
+    assert build_scenario(doc).model.pools == ("kv",)
+
+
+def test_expanding_leaves_the_document_as_it_was() -> None:
+    doc = preset_doc("gemma-3-27b", swa={"window_tokens": 512})
+    before = copy.deepcopy(doc)
+    build_scenario(doc)
+    assert doc == before
+    defaults = {"swa": {"window_tokens": 1, "bytes_per_token": 2}}
+    assert layered(defaults, {"swa": {"window_tokens": 3}}) == {
+        "swa": {"window_tokens": 3, "bytes_per_token": 2}
+    }
+    assert defaults == {"swa": {"window_tokens": 1, "bytes_per_token": 2}}
+
+
+@pytest.mark.parametrize("value", ["gpt-oss-12b", "GPT-OSS-120B", 7, ["gemma-3-27b"]])
+def test_an_unknown_preset_names_the_key_and_the_known_presets(value: Any) -> None:
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(preset_doc("gpt-oss-120b") | {"model": {"preset": value}}, "f.yaml")
+    assert err.value.key == "model.preset"
+    assert all(name in err.value.message for name in MODEL_PRESETS)
+
+
+def test_an_unknown_preset_is_bad_input_on_the_command_line() -> None:
+    result = invoke("validate", str(SHIPPED), "--set", "model.preset=gpt-oss-12b")
+    assert result.exit_code == 2
+    assert "model.preset: unknown preset 'gpt-oss-12b'" in result.stderr
+
+
+def test_a_missing_device_key_says_the_preset_brought_the_pool() -> None:
+    doc = preset_doc("qwen3-next-80b-a3b")
+    del doc["device"]["mamba_slots"]
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(doc)
+    assert err.value.key == "device.mamba_slots"
+    assert err.value.message == "required because preset qwen3-next-80b-a3b brings a mamba pool"
+    doc = preset_doc("qwen3-next-80b-a3b")
+    doc["storage"]["pools"]["swa"] = {}
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(doc)
+    assert err.value.key == "storage.pools.swa"
+    assert "preset qwen3-next-80b-a3b brings kv, mamba" in err.value.message
+
+
+def test_a_sweep_cannot_change_the_preset() -> None:
+    doc = preset_doc("gpt-oss-120b")
+    doc["sweep"] = {"grid": {"model.preset": ["gpt-oss-20b", "gpt-oss-120b"]}}
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(doc)
+    assert err.value.key == "sweep.grid.model.preset"
+
+
+# ---------------------------------------------------------------- resolved config
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_resolved_config_round_trips_and_keeps_the_preset(name: str) -> None:
+    scenario = build_scenario(preset_doc(name, page_size=32))
+    doc = scenario_document(scenario)
+    assert doc["model"]["preset"] == name
+    assert doc["model"]["kv"] == EXPECTED[name]["kv"]
+    assert build_scenario(doc) == scenario
+    assert pickle.loads(pickle.dumps(scenario)) == scenario
+
+
+def test_a_scenario_without_a_preset_resolves_as_before() -> None:
+    doc = scenario_document(build_scenario(make_doc()))
+    assert "preset" not in doc["model"]
+    assert list(doc["model"]) == ["page_size", "kv", "swa", "mamba"]
+
+
+def test_the_schema_lists_the_presets_and_lets_a_preset_stand_for_kv() -> None:
+    model = scenario_model().model_json_schema()["$defs"]["ModelSpec"]
+    names = next(o["enum"] for o in model["properties"]["preset"]["anyOf"] if "enum" in o)
+    assert names == list(MODEL_PRESETS)
+    assert "kv" not in model.get("required", [])
+    assert {"required": ["kv"]} in model["anyOf"]
+
+
+def test_a_preset_registered_at_test_time_is_selectable() -> None:
+    tiny = SlidingWindowHybrid(
+        source="made up",
+        layer_types=interleaved(4, every=4),
+        num_key_value_heads=1,
+        head_dim=8,
+        sliding_window=64,
+    )
+    MODEL_PRESETS.register("tiny-swa", tiny)
+    try:
+        doc = preset_doc("gpt-oss-120b")
+        doc["model"] = {"preset": "tiny-swa"}
+        model = build_scenario(doc).model
+        assert model.kv.bytes_per_token == 1 * 2 * 1 * 8 * BF16
+        assert model.swa.bytes_per_token == 3 * 2 * 1 * 8 * BF16  # type: ignore[attr-defined]
+    finally:
+        MODEL_PRESETS.unregister("tiny-swa")
+    with pytest.raises(ScenarioError):
+        build_scenario(doc)
+
+
+# ---------------------------------------------------------------- a run
+
+
+def test_a_short_run_stores_mamba_states_of_the_preset_s_size() -> None:
+    doc = preset_doc("qwen3-next-80b-a3b")
+    doc["duration_s"] = 60
+    doc["workload"]["requests"] = 120
+    doc["device"]["kv_pages"] = 300
+    summary = run(build_scenario(doc)).summary
+    state = EXPECTED["qwen3-next-80b-a3b"]["mamba"]["state_bytes"]
+    assert summary["requests_finished"] > 0
+    assert summary["prefetch_success"] > 0
+    assert summary["storage_mamba_stored_bytes"] > 0
+    assert summary["storage_mamba_stored_bytes"] % state == 0
+    page = 64 * EXPECTED["qwen3-next-80b-a3b"]["kv"]["bytes_per_token"]
+    assert summary["storage_kv_stored_bytes"] % page == 0
