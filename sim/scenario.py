@@ -84,6 +84,18 @@ def _kv_or_preset(schema: dict[str, Any]) -> None:
     ]
 
 
+def expand_preset(data: Any) -> Any:
+    """A `model:` mapping with its preset's pool specs as the defaults of what it writes."""
+    if not isinstance(data, dict) or data.get("preset") is None:
+        return data
+    name = data["preset"]
+    preset = MODEL_PRESETS.get(name) if isinstance(name, str) else None
+    if preset is None:
+        known = ", ".join(MODEL_PRESETS)
+        raise KeyedError("model.preset", f"unknown preset {name!r}; known presets: {known}")
+    return layered(preset.pool_specs(), data)
+
+
 class ModelSpec(Strict):
     """`model:` — the page size, one spec per pool the model has (KV always), and the preset
     they were derived from, if any."""
@@ -102,14 +114,7 @@ class ModelSpec(Strict):
     def _expand_preset(cls, data: Any) -> Any:
         """Done before validation, so every way in (a file, `--set`, a plain mapping, a sweep
         point, a pickle) sees the same expanded model."""
-        if not isinstance(data, dict) or data.get("preset") is None:
-            return data
-        name = data["preset"]
-        preset = MODEL_PRESETS.get(name) if isinstance(name, str) else None
-        if preset is None:
-            known = ", ".join(MODEL_PRESETS)
-            raise KeyedError("model.preset", f"unknown preset {name!r}; known presets: {known}")
-        return layered(preset.pool_specs(), data)
+        return expand_preset(data)
 
     @model_serializer(mode="wrap")
     def _without_absent_preset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -407,8 +412,11 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     for a misspelt key or choice, the nearest known one.
     """
     doc = copy.deepcopy(doc)
-    problems: list[tuple[str | None, str]] = [(e.key, e.message) for e in normalize_sizes(doc)]
-    _list_every_storage_pool(doc)
+    model = _expanded_model(doc.get("model"))
+    problems: list[tuple[str | None, str]] = [
+        (e.key, e.message) for e in normalize_sizes(doc, model)
+    ]
+    _list_every_storage_pool(doc, model)
     sized = {key for key, _ in problems}
     try:
         return scenario_model().model_validate(doc)
@@ -425,11 +433,20 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     raise ScenarioError(source, key, message, more)
 
 
-def _list_every_storage_pool(doc: dict[str, Any]) -> None:
+def _expanded_model(model: Any) -> Any:
+    """The model section with its preset expanded (as validation will see it); unchanged when
+    there is none or it is unknown (validation reports that)."""
+    try:
+        return expand_preset(model)
+    except (KeyedError, ValueError, TypeError):
+        return model
+
+
+def _list_every_storage_pool(doc: dict[str, Any], model: Any) -> None:
     """A pool the model has but `storage.pools` leaves out is stored with the defaults
     (unbounded, fault-free); writing it into the document puts it in the resolved
     configuration, so a capacity answer never rests on a pool nobody can see."""
-    model, storage = doc.get("model"), doc.setdefault("storage", {})
+    storage = doc.setdefault("storage", {})
     if not isinstance(model, dict) or not isinstance(storage, dict):
         return
     pools = storage.setdefault("pools", {})
@@ -442,7 +459,7 @@ def _list_every_storage_pool(doc: dict[str, Any]) -> None:
 
 def defaulted_storage_pools(raw: dict[str, Any]) -> list[str]:
     """The model's pools a raw document leaves out of `storage.pools` (they get the defaults)."""
-    model, storage = _mapping(raw.get("model")), _mapping(raw.get("storage"))
+    model, storage = _mapping(_expanded_model(raw.get("model"))), _mapping(raw.get("storage"))
     given = _mapping(storage.get("pools"))
     return [n for n in POOL_KINDS if isinstance(model.get(n), dict) and n not in given]
 

@@ -46,9 +46,10 @@ class SizeKey:
     """Tokens one unit holds; None when tokens do not size it (Mamba states)."""
 
 
-def size_keys(doc: dict[str, Any]) -> Iterator[SizeKey]:
-    """The size keys of a scenario document whose model section describes its pools."""
-    model = doc.get("model")
+def size_keys(doc: dict[str, Any], model: dict[str, Any] | None = None) -> Iterator[SizeKey]:
+    """The size keys of a scenario document whose model section (or `model`: that section with
+    a preset expanded) describes its pools."""
+    model = doc.get("model") if model is None else model
     if not isinstance(model, dict):
         return
     pools = _pools(model)
@@ -99,11 +100,11 @@ class SizeError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
-def normalize_sizes(doc: dict[str, Any]) -> list[SizeError]:
+def normalize_sizes(doc: dict[str, Any], model: dict[str, Any] | None = None) -> list[SizeError]:
     """Convert every size string of the document to its key's unit, in place; returns the
     strings that could not be converted (left as they are for the schema to refuse too)."""
     errors: list[SizeError] = []
-    for size in list(size_keys(doc)):
+    for size in list(size_keys(doc, model)):
         parent, leaf = _parent(doc, size.key)
         if parent is None or not isinstance(parent.get(leaf), str):
             continue

@@ -125,3 +125,13 @@ def test_run_prints_a_short_summary_with_units(tmp_path: Path) -> None:
     assert "tokens (" in result.output and "% of prompt)" in result.output
     assert "TTFT p50 / p99" in result.output and " s / " in result.output
     assert "is in " in result.output and "summary.json" in result.output
+
+
+def test_sizes_with_units_use_the_pool_sizes_a_preset_brings() -> None:
+    doc = make_doc(**{"device.kv_pages": "80GiB", "storage.pools.swa.capacity_gb": "500GB"})
+    doc["model"] = {"preset": "gpt-oss-120b"}
+    scenario = build_scenario(doc, "<t>")
+    page_bytes = 64 * scenario.model.kv.bytes_per_token
+    assert scenario.device.kv_pages == 80 * 2**30 // page_bytes
+    assert scenario.storage_pool("swa").capacity_gb == 500.0
+    assert set(scenario.storage.pools) == {"kv", "swa"}
