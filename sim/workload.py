@@ -35,8 +35,14 @@ from sim.spec import (
     Strict,
 )
 
-FRESH_KEY_BASE = 1 << 48
-"""Unshareable page keys start here, far above any interned or trace-derived key."""
+FRESH_KEY_BASE = 1 << 62
+"""Unshareable page keys start here. Interned keys count up from 1 and a trace's keys stay
+below it (`MAX_TRACE_TOKEN_KEY` bounds the hash ids), so the spaces are disjoint by
+construction, and every key fits a signed 64-bit column."""
+
+MAX_TRACE_TOKEN_KEY = 1 << 62
+"""(hash id + 1) × block_tokens must stay below this: trace page keys are then below
+`FRESH_KEY_BASE` whatever the page size."""
 
 GZIP_MAGIC = b"\x1f\x8b"
 """The first two bytes of every gzip stream."""
@@ -342,6 +348,11 @@ def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> Tr
             raise ScenarioError(source, f"{where}: {key}", "must be an integer >= 0")
     if not isinstance(ids, list) or not {int}.issuperset(map(type, ids)) or min(ids, default=0) < 0:
         raise ScenarioError(source, f"{where}: hash_ids", "must be a list of integers >= 0")
+    if ids and (max(ids) + 1) * block_tokens >= MAX_TRACE_TOKEN_KEY:
+        limit = MAX_TRACE_TOKEN_KEY // block_tokens - 1
+        raise ScenarioError(
+            source, f"{where}: hash_ids", f"ids must be below {limit} (2**62 / block_tokens)"
+        )
     expected = -(-inp // block_tokens)
     if len(ids) != expected:
         raise ScenarioError(

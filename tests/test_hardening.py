@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.scenario import ScenarioError, load_scenario
-from tests.conftest import invoke
+from sim.scenario import Scenario, ScenarioError, build_scenario, load_scenario
+from tests.conftest import invoke, make_doc
 
 LAUGHS = "".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['x'] * 9)}]\n"
@@ -67,3 +67,41 @@ def test_debug_shows_the_traceback_behind_an_unexpected_error(
     assert "RuntimeError: boom" in plain.output and "--debug" in plain.output
     debug = invoke("--debug", "run", str(path), "--out", str(tmp_path / "b"))
     assert debug.exit_code == 1 and "Traceback" in debug.output and "boom" in debug.output
+
+
+def _trace(tmp_path: Path, records: list[dict[str, object]]) -> Path:
+    import json
+
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _trace_scenario(tmp_path: Path, trace: Path) -> Scenario:
+
+    doc = make_doc(workload={"kind": "mooncake", "path": str(trace), "block_tokens": 512})
+    doc["model"].pop("swa")
+    doc["device"].pop("swa_pages")
+    doc["storage"]["pools"].pop("swa")
+    return build_scenario(doc, "<t>")
+
+
+def test_trace_keys_never_collide_with_the_keys_of_output_pages(tmp_path: Path) -> None:
+    """Hash id 2**45 with 8 pages per block gives page key 2**48 + 1, which was the key of the
+    second output page ever generated: a block never seen matched it on the device."""
+    from sim.runner import run
+
+    records = [
+        {"timestamp": 0, "input_length": 512, "output_length": 64, "hash_ids": [1]},
+        {"timestamp": 10000, "input_length": 512, "output_length": 64, "hash_ids": [1]},
+        {"timestamp": 20000, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2**45]},
+    ]
+    req = run(_trace_scenario(tmp_path, _trace(tmp_path, records))).tables["requests"]
+    assert int(req.loc[2, "device_hit_tokens"]) == 512, "only the first block was ever seen"
+
+
+def test_trace_hash_ids_beyond_the_key_space_are_bad_input(tmp_path: Path) -> None:
+    records = [{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [2**60]}]
+    with pytest.raises(ScenarioError) as err:
+        _trace_scenario(tmp_path, _trace(tmp_path, records)).workload.scan()
+    assert "hash_ids" in str(err.value) and "below" in str(err.value)
