@@ -74,6 +74,10 @@ def capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def percent(part: float, whole: float) -> str:
     return f"{part / whole * 100:.1f} %"
 
@@ -300,7 +304,8 @@ def sweep_findings(
     n_points = int(points["point"].nunique()) if not points.empty else 0
     seeds = int(points["n"].max()) if not points.empty else 0
     failed = list(meta.get("failed") or [])
-    head = f"{n_points:,} grid points × {seeds:,} seeds ({number(meta.get('tasks'))} runs"
+    runs = number(meta.get("tasks"))
+    head = f"{plural(n_points, 'grid point')} × {plural(seeds, 'seed')} ({runs} runs"
     sentences = [head + (f", {len(failed):,} failed)." if failed else ").")]
     target = meta.get("target")
     for key in sweep_metrics(target):
@@ -313,7 +318,12 @@ def sweep_findings(
         low = min(records, key=lambda r: r["mean"])
         high = max(records, key=lambda r: r["mean"])
         if low["mean"] == high["mean"]:
-            sentences.append(f"{capital(label(key))}: {brief(key, low['mean'])} at every point.")
+            everywhere = (
+                "at every point"
+                if len(records) == n_points
+                else f"at the {len(records)} of {n_points} points with a value"
+            )
+            sentences.append(f"{capital(label(key))}: {brief(key, low['mean'])} {everywhere}.")
             continue
         sentences.append(
             f"{capital(label(key))}: from {interval(key, low)} at {where(low, keys)} "
