@@ -404,11 +404,27 @@ def schema_cmd() -> None:
 @click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @_bad_input
 def plot_cmd(directory: Path) -> None:
-    """Draw the plots of a run, compare or sweep directory."""
+    """Draw the plots of a run, compare, sweep or capacity directory."""
     from sim.outputs.plot import plot_directory
 
     for path in plot_directory(directory):
         click.echo(f"wrote {path}")
+
+
+@cli.command("report")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="HTML file to write (default: DIRECTORY/report.html).",
+)
+@_bad_input
+def report_cmd(directory: Path, out: Path | None) -> None:
+    """Write one self-contained HTML page of a run, compare, sweep or capacity directory."""
+    from sim.outputs.report import write_report
+
+    click.echo(f"wrote {write_report(directory, out)}")
 
 
 def _refuse_existing(out: Path | None, force: bool) -> None:

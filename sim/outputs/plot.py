@@ -1,7 +1,9 @@
 """Plots from result directories, as PNG and SVG.
 
 Figures are built with matplotlib's object API (no pyplot), so plotting works headless and
-never changes the backend of the caller (a notebook keeps its inline plots).
+never changes the backend of the caller (a notebook keeps its inline plots). Each `*_figure`
+function only builds a figure; the `plot_*` functions save it beside the data, and the HTML
+report renders the same figures in memory without writing into the result directory.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ COMPARE_PANELS = (
 
 
 def plot_comparison(directory: Path) -> Path:
+    return _save(comparison_figure(directory), directory, "comparison")[0]
+
+
+def comparison_figure(directory: Path) -> Figure:
     """Bars of the key metrics per heal rule, and cumulative discards over time."""
     table = pd.read_csv(directory / "comparison.csv")
     fig = Figure(figsize=(16, 7), layout="constrained")
@@ -54,10 +60,14 @@ def plot_comparison(directory: Path) -> Path:
     config = directory / str(table["heal"].iloc[0]) / "config.resolved.yaml"
     name = yaml.safe_load(config.read_text())["name"] if config.exists() else directory.name
     fig.suptitle(f"{name}: heal rules compared on the same seed")
-    return _save(fig, directory, "comparison")[0]
+    return fig
 
 
 def plot_run(directory: Path) -> Path:
+    return _save(run_figure(directory), directory, "timeseries")[0]
+
+
+def run_figure(directory: Path) -> Figure:
     """A run's time series: discards, beliefs, device and storage occupancy, each occupancy
     against its capacity (dashed, same colour) where the configuration bounds it."""
     ts = pd.read_parquet(directory / "timeseries.parquet")
@@ -106,17 +116,52 @@ def plot_run(directory: Path) -> Path:
     for ax in axes.ravel():
         ax.set_xlabel("simulated time (s)")
     fig.suptitle(f"{config.get('name', directory.name)}: time series")
-    return _save(fig, directory, "timeseries")[0]
+    return fig
+
+
+def plot_capacity(directory: Path) -> Path:
+    return _save(capacity_figure(directory), directory, "capacity")[0]
+
+
+def capacity_figure(directory: Path) -> Figure:
+    """Each evaluated value's mean and 95 % interval against the target's bound, the answer
+    marked: the evidence behind a capacity answer at a glance."""
+    answer = json.loads((directory / "capacity.json").read_text())
+    evaluations = pd.read_csv(directory / "evaluations.csv").sort_values("value")
+    metric, op, bound = parse_target(answer["target"])
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.subplots()
+    for meets, color, label in ((True, "C2", "meets"), (False, "C3", "does not meet")):
+        rows = evaluations[evaluations["meets"].astype(bool) == meets]
+        if rows.empty:
+            continue
+        mean = rows["mean"].astype(float)
+        spread = [mean - rows["ci_low"].astype(float), rows["ci_high"].astype(float) - mean]
+        ax.errorbar(rows["value"], mean, yerr=spread, fmt="o", color=color, capsize=4, label=label)
+    ax.axhline(bound, color="0.4", linestyle="--", label=f"target {metric} {op} {bound:g}")
+    if answer.get("answer") is not None:
+        ax.axvline(answer["answer"], color="C2", alpha=0.5, label=f"answer {answer['answer']:.4g}")
+    _scale_x(ax, evaluations["value"].astype(float).tolist())
+    ax.set_xlabel(answer["param"])
+    ax.set_ylabel(f"{metric} (mean, 95 % CI over seeds)")
+    ax.legend(fontsize=8)
+    name = answer.get("scenario", directory.name)
+    ax.set_title(f"{name}\nsmallest {answer['param']} with {metric} {op} {bound:g}")
+    return fig
 
 
 def plot_directory(directory: Path) -> list[Path]:
+    if (directory / "capacity.json").exists():
+        return [plot_capacity(directory)]
     if (directory / "sweep.json").exists():
         return plot_sweep(directory)
     if (directory / "comparison.csv").exists():
         return [plot_comparison(directory)]
     if (directory / "timeseries.parquet").exists():
         return [plot_run(directory)]
-    raise FileNotFoundError(f"{directory}: neither comparison.csv nor timeseries.parquet found")
+    raise FileNotFoundError(
+        f"{directory}: none of capacity.json, sweep.json, comparison.csv, timeseries.parquet found"
+    )
 
 
 def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
@@ -143,29 +188,38 @@ def _scale_x(ax: Axes, xs: list[float]) -> None:
 
 
 def plot_sweep(directory: Path, target: str | None = None) -> list[Path]:
-    """Heal-rate curves with 95 % bands, loop-length CCDFs, and a heatmap for 2-D grids."""
+    paths: list[Path] = []
+    for stem, fig in sweep_figures(directory, target).items():
+        paths += _save(fig, directory, stem)
+    return paths
+
+
+def sweep_figures(directory: Path, target: str | None = None) -> dict[str, Figure]:
+    """Heal-rate curves with 95 % bands, loop-length CCDFs, and a heatmap for 2-D grids, by
+    file stem."""
     meta = json.loads((directory / "sweep.json").read_text())
     grid: dict[str, list[object]] = meta.get("grid", {})
     points = pd.read_csv(directory / "points.csv")
     if points.empty or not grid:
-        return []
+        return {}
     target = target or meta.get("target")
     numeric = [k for k, v in grid.items() if _numeric(v) and len(v) > 1]
     groups = [k for k in grid if k not in numeric[:1]]
-    paths: list[Path] = []
+    figures: dict[str, Figure] = {}
     if numeric:
-        paths += _curves(directory, points, numeric[0], groups)
-    paths += _loop_ccdf(directory, [k for k in grid if k not in numeric] or list(grid)[:1])
+        figures["sweep_curves"] = _curves(points, numeric[0], groups)
+    by = [k for k in grid if k not in numeric] or list(grid)[:1]
+    figures["loop_ccdf"] = _loop_ccdf(directory, by)
     if len(numeric) >= 2:
-        paths += _heatmap(directory, points, numeric[0], numeric[1], target)
-    return paths
+        figures.update(_heatmap(points, numeric[0], numeric[1], target))
+    return figures
 
 
 def _label(row: pd.Series, keys: list[str]) -> str:
     return ", ".join(f"{k.split('.')[-1]}={row[k]}" for k in keys) or "all"
 
 
-def _curves(directory: Path, points: pd.DataFrame, x: str, groups: list[str]) -> list[Path]:
+def _curves(points: pd.DataFrame, x: str, groups: list[str]) -> Figure:
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, metric in zip(axes, ("heal_rate", "discard_rate"), strict=True):
@@ -187,10 +241,10 @@ def _curves(directory: Path, points: pd.DataFrame, x: str, groups: list[str]) ->
         else:
             ax.text(0.5, 0.5, f"no {metric} at any point", ha="center", transform=ax.transAxes)
     fig.suptitle(f"heal rate and discard rate against {x}")
-    return _save(fig, directory, "sweep_curves")
+    return fig
 
 
-def _loop_ccdf(directory: Path, by: list[str]) -> list[Path]:
+def _loop_ccdf(directory: Path, by: list[str]) -> Figure:
     lengths: dict[str, list[int]] = {}
     records = [json.loads(p.read_text()) for p in (directory / "tasks").glob("*.json")]
     for record in sorted(records, key=lambda r: (r["point"], r["seed_index"])):
@@ -213,12 +267,10 @@ def _loop_ccdf(directory: Path, by: list[str]) -> list[Path]:
     ax.set_xlabel("loop length (discards)")
     ax.set_ylabel("P(length ≥ x)")
     ax.set_title("loop-length CCDF, all seeds and points")
-    return _save(fig, directory, "loop_ccdf")
+    return fig
 
 
-def _heatmap(
-    directory: Path, points: pd.DataFrame, x: str, y: str, target: str | None
-) -> list[Path]:
+def _heatmap(points: pd.DataFrame, x: str, y: str, target: str | None) -> dict[str, Figure]:
     metric, op, bound = parse_target(target) if target else ("heal_rate", ">=", None)
     data = points[points["metric"] == metric]
     table = data.pivot_table(index=y, columns=x, values="mean", aggfunc="mean")
@@ -233,4 +285,4 @@ def _heatmap(
     if bound is not None and min(table.shape) >= 2:
         ax.contour(table.to_numpy(), levels=[bound], colors="white", linewidths=2)
         ax.set_title(f"{metric}; white line: target {metric} {op} {bound}")
-    return _save(fig, directory, f"heatmap_{metric}")
+    return {f"heatmap_{metric}": fig}
