@@ -274,10 +274,15 @@ def sweep_cmd(
     type=str,
     default=None,
     metavar="LOW HIGH",
-    help="Bisect this range (integers give an integer search).",
+    help="Bisect this range (integers give an integer search; a _gb key takes 512MB, 2GiB, ...).",
 )
 @click.option("--values", default=None, help="Comma-separated values to scan instead of bisecting.")
-@click.option("--tolerance", type=float, default=None, help="Bisection resolution.")
+@click.option(
+    "--tolerance",
+    type=float,
+    default=None,
+    help="Bisection resolution (> 0; default 1 for integer ends, 1/64 of the range otherwise).",
+)
 @click.option("--seeds", type=click.IntRange(min=2), default=5, show_default=True)
 @click.option("--executor", type=click.Choice(["serial", "process", "dask"]), default="process")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
@@ -297,33 +302,62 @@ def capacity_cmd(
     out: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
-    """Smallest value of --param that meets --target with 95 % confidence across seeds."""
+    """Smallest value of --param that meets --target with 95 % confidence across seeds.
+
+    Every argument is checked before the first run; a refused one exits 2 and writes nothing.
+    """
     from sim.capacity import CapacitySearch
+    from sim.outputs.plot import plot_capacity
     from sim.outputs.results import default_out
-    from sim.scenario import parse_override
+    from sim.units import with_unit
 
     sc = _load(scenario, overrides)
     if (bounds is None) == (values is None):
-        raise ScenarioError("capacity", "--range/--values", "give exactly one of them")
+        raise ScenarioError(
+            "capacity", None, "give exactly one of --range LOW HIGH and --values A,B,..."
+        )
+    if tolerance is not None and values is not None:
+        raise ScenarioError(
+            "--tolerance", None, "applies only to --range (drop it, or bisect with --range)"
+        )
     target_dir = out or default_out(RESULTS_ROOT, sc.name, "capacity")
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
     if values is not None:
-        answer = search.scan([parse_override(f"v={v}")[1] for v in values.split(",")])
+        answer = search.scan(_quantities("--values", values.split(","), param))
     else:
         assert bounds is not None
-        low, high = (parse_override(f"v={b}")[1] for b in bounds)
+        low, high = _quantities("--range", list(bounds), param)
         answer = search.bisect(low, high, tolerance)
     search.save(answer)
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
         click.echo(
-            f"{param}={ev.value:.6g}: mean {ev.mean:.4g} CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] "
-            f"n={ev.n} {verdict}"
+            f"{param}={with_unit(ev.value, param)}: mean {ev.mean:.4g} "
+            f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
     click.echo(answer.describe())
+    for path in plot_capacity(target_dir):
+        click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
+
+
+def _quantities(option: str, texts: list[str], param: str) -> list[int | float]:
+    """Command-line numbers for `param` (a `_gb` key also takes 512MB, 2GiB, ...)."""
+    from sim.units import parse_quantity
+
+    numbers = []
+    for text in texts:
+        if not text.strip():
+            raise ScenarioError(
+                option, None, f"an empty value in {','.join(texts)!r} (give e.g. 1,2,4)"
+            )
+        try:
+            numbers.append(parse_quantity(text, param))
+        except ValueError as exc:
+            raise ScenarioError(option, None, str(exc)) from None
+    return numbers
 
 
 @cli.command("validate")
@@ -373,7 +407,7 @@ def schema_cmd() -> None:
 @click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @_bad_input
 def plot_cmd(directory: Path) -> None:
-    """Draw the plots of a run, compare or sweep directory."""
+    """Draw the plots of a run, compare, sweep or capacity directory."""
     from sim.outputs.plot import plot_directory
 
     for path in plot_directory(directory):

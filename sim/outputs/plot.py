@@ -16,6 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sim.sweep import parse_target
+from sim.units import unit_of, with_unit
 
 COMPARE_PANELS = (
     ("discard_rate", "discard rate"),
@@ -87,14 +88,63 @@ def plot_run(directory: Path) -> Path:
     return _save(fig, directory, "timeseries")[0]
 
 
+def plot_capacity(directory: Path) -> list[Path]:
+    """A capacity search's evaluations: the metric's mean with its 95 % interval at every value
+    tried, the target's bound, and the answer (the smallest value whose interval clears it)."""
+    meta = json.loads((directory / "capacity.json").read_text())
+    evals = pd.read_csv(directory / "evaluations.csv").sort_values("value")
+    metric, op, bound = parse_target(meta["target"])
+    param, answer = meta["param"], meta["answer"]
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(evals["value"], evals["mean"], color="0.7", linewidth=0.8, zorder=0)
+    for meets, color, verdict in ((True, "C2", "meets"), (False, "C3", "fails")):
+        part = evals[evals["meets"] == meets]
+        if part.empty:
+            continue
+        below = (part["mean"] - part["ci_low"]).clip(lower=0)
+        above = (part["ci_high"] - part["mean"]).clip(lower=0)
+        ax.errorbar(
+            part["value"],
+            part["mean"],
+            yerr=[below, above],
+            fmt="o",
+            color=color,
+            capsize=3,
+            label=f"{verdict} the target ({len(part)})",
+        )
+    ax.axhline(
+        bound, color="black", linestyle="--", linewidth=1, label=f"target {metric} {op} {bound:g}"
+    )
+    if answer is not None:
+        ax.axvline(answer, color="C2", linestyle=":", label=f"answer {with_unit(answer, param)}")
+        at = evals[evals["value"] == answer]
+        ax.plot(at["value"], at["mean"], marker="*", markersize=16, color="C2", linestyle="")
+    _scale_x(ax, evals["value"].astype(float).tolist())
+    unit = unit_of(param)
+    ax.set_xlabel(f"{param} ({unit})" if unit else param)
+    ax.set_ylabel(f"{metric} (mean, 95 % CI over {meta['seeds']} seeds)")
+    found = "no value meets it" if answer is None else f"answer {with_unit(answer, param)}"
+    ax.set_title(
+        f"{meta['scenario']}: smallest {param.split('.')[-1]} with {meta['target']}; {found}",
+        fontsize=9,
+    )
+    ax.legend(fontsize=8)
+    return _save(fig, directory, "capacity")
+
+
 def plot_directory(directory: Path) -> list[Path]:
+    if (directory / "capacity.json").exists():
+        return plot_capacity(directory)
     if (directory / "sweep.json").exists():
         return plot_sweep(directory)
     if (directory / "comparison.csv").exists():
         return [plot_comparison(directory)]
     if (directory / "timeseries.parquet").exists():
         return [plot_run(directory)]
-    raise FileNotFoundError(f"{directory}: neither comparison.csv nor timeseries.parquet found")
+    raise FileNotFoundError(
+        f"{directory}: no capacity.json, sweep.json, comparison.csv or timeseries.parquet found"
+    )
 
 
 def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
