@@ -28,33 +28,50 @@ COMPARE_PANELS = (
 )
 
 
-def plot_comparison(directory: Path) -> Path:
-    """Bars of the key metrics per heal rule, and cumulative discards over time."""
+def plot_comparison(directory: Path, label: str | None = None) -> Path:
+    """Bars of the key metrics per variant, and cumulative discards over time.
+
+    `label` is the column naming the variants (default: the first column of comparison.csv,
+    `heal` for heal rules). Run directories and the labels as given are read from variants.json
+    when there is one (a label such as `null` or `0.10` does not survive a CSV round trip);
+    older compare directories name each run directory after its heal rule.
+    """
     table = pd.read_csv(directory / "comparison.csv")
+    label = label or str(table.columns[0])
+    listing = directory / "variants.json"
+    if listing.exists():
+        variants = json.loads(listing.read_text())["variants"]
+        labels = [str(v["label"]) for v in variants]
+        run_dirs = [directory / v["dir"] for v in variants]
+    else:
+        labels = [str(x) for x in table[label]]
+        run_dirs = [directory / x for x in labels]
     fig = Figure(figsize=(16, 7), layout="constrained")
     axes = fig.subplots(2, 4)
     flat = axes.ravel()
-    colors = [f"C{i}" for i in range(len(table))]
-    for ax, (key, label) in zip(flat, COMPARE_PANELS, strict=False):
+    colors = [f"C{i % 10}" for i in range(len(table))]
+    for ax, (key, title) in zip(flat, COMPARE_PANELS, strict=False):
         values = table[key].astype(float).fillna(0.0)
         if key == "wasted_read_bytes":
             values = values / 1e9
-        ax.bar(table["heal"], values, color=colors)
-        ax.set_title(label)
+        ax.bar(range(len(labels)), values, color=colors, tick_label=labels)
+        ax.set_title(title)
         ax.tick_params(axis="x", labelrotation=20)
     ax = flat[len(COMPARE_PANELS)]
-    for color, heal in zip(colors, table["heal"], strict=True):
-        ts_path = directory / str(heal) / "timeseries.parquet"
+    for color, name, run_dir in zip(colors, labels, run_dirs, strict=True):
+        ts_path = run_dir / "timeseries.parquet"
         if ts_path.exists():
             ts = pd.read_parquet(ts_path)
-            ax.plot(ts["t_s"], ts["discards"], label=str(heal), color=color)
+            ax.plot(ts["t_s"], ts["discards"], label=name, color=color)
     ax.set_title("cumulative discards (after warm-up)")
     ax.set_xlabel("simulated time (s)")
-    ax.legend(fontsize=8)
+    if ax.lines:
+        ax.legend(fontsize=8)
     flat[-1].axis("off")
-    config = directory / str(table["heal"].iloc[0]) / "config.resolved.yaml"
+    config = run_dirs[0] / "config.resolved.yaml" if run_dirs else directory / "none"
     name = yaml.safe_load(config.read_text())["name"] if config.exists() else directory.name
-    fig.suptitle(f"{name}: heal rules compared on the same seed")
+    what = {"heal": "heal rules", "variant": "variants"}.get(label, label)
+    fig.suptitle(f"{name}: {what} compared on the same seed")
     return _save(fig, directory, "comparison")[0]
 
 
