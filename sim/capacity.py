@@ -5,21 +5,41 @@
 the metric improves as the parameter grows (more capacity, more entries, more bandwidth): it
 bisects a range, or scans an explicit list of values. Every evaluation is a set of seeded runs
 kept in `tasks/`, so the evidence can be inspected and a rerun reuses it.
+
+A question is checked whole before anything runs (the key is a number in the schema, the metric
+is one this model reports, the bound is finite, every value the scenario accepts, a range
+that is a range): a search can take hours, and a mistake found at its end costs all of them.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import pandas as pd
+from pydantic import BaseModel
+from tqdm import tqdm
 
-from sim.outputs.metrics import is_summary_key
-from sim.scenario import Scenario, ScenarioError, SweepSpec
+from sim.model.pools import POOL_KINDS
+from sim.outputs.metrics import is_summary_key, summary_keys
+from sim.scenario import (
+    Scenario,
+    ScenarioError,
+    SweepSpec,
+    apply_override,
+    build_scenario,
+    scenario_document,
+)
 from sim.sweep import compute, confidence, parse_target, plan
+from sim.units import unit_of, with_unit
 
 
 @dataclass
@@ -46,21 +66,21 @@ class CapacityAnswer:
             return f"no value in range meets {self.target} with 95 % confidence"
         best = next(e for e in self.evaluations if e.value == self.answer)
         line = (
-            f"{self.param} = {_fmt(self.answer)}: {self.target.split('>')[0].split('<')[0]} "
-            f"mean {best.mean:.4g}, 95 % CI [{best.ci_low:.4g}, {best.ci_high:.4g}] over "
-            f"{best.n} seeds"
+            f"{self.param} = {with_unit(self.answer, self.param)}: "
+            f"{self.target.split('>')[0].split('<')[0]} mean {best.mean:.4g}, "
+            f"95 % CI [{best.ci_low:.4g}, {best.ci_high:.4g}] over {best.n} seeds"
         )
         if self.largest_failing is not None:
-            line += f"; {_fmt(self.largest_failing)} does not meet it"
+            line += f"; {with_unit(self.largest_failing, self.param)} does not meet it"
         return line
 
 
-def _fmt(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
-
-
 class CapacitySearch:
-    """Evaluates parameter values on the scenario's seeds, caching runs in `out/tasks`."""
+    """Evaluates parameter values on the scenario's seeds, caching runs in `out/tasks`.
+
+    The constructor checks the parameter and the target; `scan` and `bisect` check their values
+    before the first run. Every refusal is a ScenarioError naming the command-line option.
+    """
 
     def __init__(
         self,
@@ -70,24 +90,24 @@ class CapacitySearch:
         target: str,
         seeds: int,
         out: Path,
+        *,
+        progress: bool = True,
         **compute_options: Any,
     ) -> None:
-        try:
-            self.metric, self.op, self.bound = parse_target(target)
-        except ValueError as exc:
-            raise ScenarioError("--target", "target", str(exc)) from None
-        if not is_summary_key(self.metric):
-            raise ScenarioError("--target", "target", f"unknown metric {self.metric!r}")
+        check_param(scenario, param)
+        self.metric, self.op, self.bound = check_target(scenario, target)
         self.scenario, self.source, self.param, self.target = scenario, source, param, target
         self.seeds, self.out, self.options = seeds, out, compute_options
+        self.progress = progress
         self.evaluations: dict[float, Evaluation] = {}
+        self._bar: tqdm[Any] | None = None
 
     def evaluate(self, value: float) -> Evaluation:
         if value in self.evaluations:
             return self.evaluations[value]
         sweep = SweepSpec(seeds=self.seeds, grid={self.param: [value]})
         tasks = plan(self.scenario.model_copy(update={"sweep": sweep}), self.source)
-        records, _ = compute(tasks, self.out / "tasks", **self.options)
+        records, _ = compute(tasks, self.out / "tasks", progress=False, **self.options)
         summaries = [r["summary"] for r in records if r["error"] is None]
         values = [s[self.metric] for s in summaries if s.get(self.metric) is not None]
         stats = confidence(values)
@@ -104,31 +124,78 @@ class CapacitySearch:
             errors=len(records) - len(summaries),
         )
         self.evaluations[value] = evaluation
+        if self._bar is not None:
+            self._bar.set_postfix_str(f"{self.param}={with_unit(value, self.param)}")
+            self._bar.update(1)
         return evaluation
 
     def scan(self, values: list[float]) -> CapacityAnswer:
         """Evaluate every value (no monotonicity needed to find the smallest that meets)."""
-        for value in sorted(values):
-            self.evaluate(value)
+        if not values:
+            raise ScenarioError("--values", None, "no values given (give e.g. --values 1,2,4)")
+        for value in values:
+            self.check_value(value, "--values")
+        ordered = sorted(set(values))
+        with self._progress(len(ordered)):
+            for value in ordered:
+                self.evaluate(value)
         return self._answer()
 
     def bisect(self, low: float, high: float, tolerance: float | None = None) -> CapacityAnswer:
         """Bisect [low, high]; integer ends make an integer search (one-unit resolution)."""
+        check_range(low, high, tolerance)
+        for value in (low, high):
+            self.check_value(value, "--range")
         integer = isinstance(low, int) and isinstance(high, int)
         step = tolerance if tolerance is not None else (1.0 if integer else (high - low) / 64)
-        if not self.evaluate(high).meets or self.evaluate(low).meets:
-            return self._answer()
-        while high - low > step:
-            mid = (low + high) / 2
-            if integer:
-                mid = math.floor(mid)
+        planned = 2 + max(0, math.ceil(math.log2((high - low) / step)))
+        with self._progress(planned):
+            if not self.evaluate(high).meets or self.evaluate(low).meets:
+                return self._answer()
+            while high - low > step:
+                mid = (low + high) / 2
+                if integer:
+                    mid = math.floor(mid)
                 if mid in (low, high):
                     break
-            if self.evaluate(mid).meets:
-                high = mid
-            else:
-                low = mid
+                if self.evaluate(mid).meets:
+                    high = mid
+                else:
+                    low = mid
         return self._answer()
+
+    def check_value(self, value: float, option: str) -> None:
+        """Refuse, naming `option`, a value the scenario does not accept for the parameter."""
+        doc = scenario_document(self.scenario)
+        doc.pop("sweep", None)
+        apply_override(doc, self.param, value, source=option)
+        try:
+            build_scenario(doc, option)
+        except ScenarioError as exc:
+            where = "" if exc.key == self.param else f" ({exc.key})"
+            raise ScenarioError(
+                option,
+                None,
+                f"{self.param}={with_unit(value, self.param)} is refused by the scenario"
+                f"{where}: {exc.message}",
+            ) from None
+
+    @contextmanager
+    def _progress(self, planned: int) -> Iterator[None]:
+        """One bar for the whole search, in evaluations done of evaluations planned (a bisection
+        an end decides stops early, and the bar closes at what was done); shown only when stderr
+        is a terminal."""
+        disable = None if self.progress else True
+        with tqdm(
+            total=planned, desc="capacity", unit="evaluation", file=sys.stderr, disable=disable
+        ) as bar:
+            self._bar = bar
+            try:
+                yield
+            finally:
+                self._bar = None
+                bar.total = bar.n
+                bar.refresh()
 
     def _answer(self) -> CapacityAnswer:
         evals = sorted(self.evaluations.values(), key=lambda e: e.value)
@@ -149,6 +216,7 @@ class CapacitySearch:
                 {
                     "scenario": self.scenario.name,
                     "param": answer.param,
+                    "unit": unit_of(answer.param),
                     "target": answer.target,
                     "seeds": self.seeds,
                     "answer": answer.answer,
@@ -159,3 +227,161 @@ class CapacitySearch:
             )
             + "\n"
         )
+
+
+def check_param(scenario: Scenario, param: str) -> None:
+    """Refuse a parameter that cannot be sized: the seed, the sweep section, a key the schema
+    does not have, or one whose values are not numbers."""
+    root = param.split(".")[0]
+    if param == "seed":
+        raise ScenarioError(
+            "--param",
+            None,
+            "seed cannot be sized: it picks the random streams, and the replications are the "
+            "--seeds seeds derived from it (size a numeric key such as device.swa_pages; set "
+            "the replications with --seeds)",
+        )
+    if root == "sweep":
+        raise ScenarioError(
+            "--param",
+            None,
+            f"{param} is part of the sweep section, not of the simulated server (the "
+            "replications are --seeds; size a key such as storage.pools.swa.capacity_gb)",
+        )
+    allowed = _leaf_types(scenario, param)
+    pools = scenario.model.pools
+    for kind in POOL_KINDS.values():
+        sized = (f"storage.pools.{kind.name}.", f"model.{kind.name}.", f"device.{kind.device_key}.")
+        if kind.name not in pools and f"{param}.".startswith(sized):
+            raise ScenarioError(
+                "--param",
+                None,
+                f"{param} belongs to the {kind.name} pool, and the model has no {kind.name} pool "
+                f"(its pools: {', '.join(pools)})",
+            )
+    if not any(t in (int, float) for t in allowed):
+        current = _current(scenario_document(scenario), param)
+        shown = "" if current is _MISSING or current is None else f" (its value is {current!r})"
+        raise ScenarioError(
+            "--param",
+            None,
+            f"{param} is not numeric{shown}: capacity sizes a number, such as "
+            "storage.pools.swa.capacity_gb or device.swa_pages; to compare values that are not "
+            f"numbers use: hicache-sim compare SCENARIO --vary {param}=A,B",
+        )
+
+
+def check_target(scenario: Scenario, target: str) -> tuple[str, str, float]:
+    """Parse the target and refuse a metric this scenario's summary never has."""
+    try:
+        metric, op, bound = parse_target(target)
+    except ValueError as exc:
+        raise ScenarioError("--target", None, str(exc)) from None
+    reported = summary_keys(scenario.model.pools)
+    if metric in reported:
+        return metric, op, bound
+    if is_summary_key(metric):
+        pools = ", ".join(scenario.model.pools)
+        missing = [p for p in _pool_names(metric) if p not in scenario.model.pools]
+        why = f"the model has no {missing[0]} pool" if missing else "this pool does not report it"
+        raise ScenarioError(
+            "--target",
+            None,
+            f"{metric} is never reported for this scenario: {why} (its pools: {pools}); "
+            "give a metric of docs/metrics.md that this model reports",
+        )
+    close = difflib.get_close_matches(metric, sorted(reported), n=3)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise ScenarioError(
+        "--target",
+        None,
+        f"unknown metric {metric!r} in {target!r} ({hint}docs/metrics.md lists every metric)",
+    )
+
+
+def check_range(low: float, high: float, tolerance: float | None) -> None:
+    """Refuse a range that is not one and a resolution that would never end the bisection."""
+    if low == high:
+        raise ScenarioError(
+            "--range",
+            None,
+            f"LOW and HIGH are both {low} (give a wider range, or --values {low} to evaluate "
+            "one value)",
+        )
+    if low > high:
+        raise ScenarioError(
+            "--range", None, f"LOW {low} is above HIGH {high} (give --range {high} {low})"
+        )
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance > 0):
+        raise ScenarioError(
+            "--tolerance",
+            None,
+            f"{tolerance:g} is not a positive number, so the bisection would never end (give a "
+            f"resolution above 0 such as --tolerance {_example_step(low, high)}, or leave it out: "
+            "1 for integer ends, 1/64 of the range otherwise)",
+        )
+
+
+def _example_step(low: float, high: float) -> str:
+    return f"{(high - low) / 64:.3g}"
+
+
+_MISSING = object()
+
+
+def _current(doc: dict[str, Any], param: str) -> Any:
+    node: Any = doc
+    for part in param.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _pool_names(metric: str) -> list[str]:
+    parts = metric.split("_")
+    return [name for name in POOL_KINDS if name in parts[1:2]]
+
+
+def _leaf_types(scenario: Scenario, param: str) -> list[Any]:
+    """The value types the schema allows at a dotted key (None, Literal and str included as
+    themselves), following the scenario's own workload kind; an unknown key is refused."""
+    options: list[Any] = [type(scenario)]
+    walked: list[str] = []
+    for part in param.split("."):
+        fields: dict[str, list[Any]] = {}
+        for option in options:
+            if isinstance(option, type) and issubclass(option, BaseModel):
+                if option is type(scenario) and part == "workload":
+                    fields[part] = [type(scenario.workload)]
+                elif part in option.model_fields:
+                    fields[part] = _flatten(option.model_fields[part].annotation)
+            elif get_origin(option) is dict:
+                keys, value = get_args(option)
+                if get_origin(keys) is not Literal or part in get_args(keys):
+                    fields[part] = _flatten(value)
+        if part not in fields:
+            known = sorted(
+                name
+                for option in options
+                if isinstance(option, type) and issubclass(option, BaseModel)
+                for name in option.model_fields
+            )
+            close = difflib.get_close_matches(part, known, n=1)
+            hint = f" (did you mean {'.'.join([*walked, close[0]])}?)" if close else ""
+            under = f" under {'.'.join(walked)}" if walked else ""
+            raise ScenarioError(
+                "--param", None, f"{param} is not a scenario key: no {part!r}{under}{hint}"
+            )
+        options = fields[part]
+        walked.append(part)
+    return options
+
+
+def _flatten(annotation: Any) -> list[Any]:
+    """`Annotated[int, ...] | None` -> [int, NoneType]: the alternatives of a field's type."""
+    if get_origin(annotation) is Annotated:
+        return _flatten(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [t for arg in get_args(annotation) for t in _flatten(arg)]
+    return [annotation]

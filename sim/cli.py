@@ -32,6 +32,7 @@ from sim.scenario import (
     read_document,
     scenario_model,
 )
+from sim.variants import Variant, VariantSet
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -160,9 +161,22 @@ def run_cmd(
 @click.option(
     "--heal",
     "heals",
-    default="none,keep_pages",
-    show_default=True,
-    help="Comma-separated heal rules to run on the same seed.",
+    default=None,
+    metavar="A,B,...",
+    help="Heal rules to compare: the same as --vary heal=A,B (default: none,keep_pages).",
+)
+@click.option(
+    "--vary",
+    multiple=True,
+    metavar="KEY=A,B,...",
+    help="One dotted key and the values to run it at (YAML values, as --set).",
+)
+@click.option(
+    "--variant",
+    "variant_specs",
+    multiple=True,
+    metavar="LABEL:KEY=VALUE[;KEY=VALUE...]",
+    help="One variant per option (repeatable): a label and the keys it sets.",
 )
 @_out_option
 @click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
@@ -171,41 +185,79 @@ def run_cmd(
 @_bad_input
 def compare_cmd(
     scenario: str,
-    heals: str,
+    heals: str | None,
+    vary: tuple[str, ...],
+    variant_specs: tuple[str, ...],
     out: Path | None,
     seed: int | None,
     overrides: tuple[str, ...],
     force: bool,
 ) -> None:
-    """Run the scenario once per heal rule, print a table, write comparison.csv and a plot."""
-    from sim.heal import RULES
+    """Run the scenario once per variant on the same seed, print a table, write comparison.csv,
+    comparison.png and one run directory per variant.
+
+    Variants are heal rules (--heal), the values of one key (--vary) or labelled sets of keys
+    (--variant); every one is checked before the first run.
+    """
     from sim.outputs.plot import plot_comparison
     from sim.outputs.results import default_out, write_atomically, write_run
+    from sim.variants import run_dir_names, variant_set
 
-    rules = [h.strip() for h in heals.split(",") if h.strip()]
-    unknown = [h for h in rules if h not in RULES]
-    if not rules or unknown:
-        raise ScenarioError("--heal", "heal", f"unknown rule(s) {unknown}; known: {list(RULES)}")
+    found = variant_set(heals, vary, variant_specs)
     base = _load(scenario, overrides, seed)
-    variants = [_load(scenario, (*overrides, f"heal={h}"), seed, scan_trace=False) for h in rules]
+    scenarios = [_load_variant(scenario, overrides, seed, v, found, base) for v in found.variants]
     _refuse_existing(out, force)
+    labels = [v.label for v in found.variants]
     results = []
-    for variant in variants:
-        with progress(variant, f"heal={variant.heal}") as on_progress:
+    for label, variant in zip(labels, scenarios, strict=True):
+        shown = label if found.column == "variant" else f"{found.column}={label}"
+        with progress(variant, shown) as on_progress:
             results.append(run(variant, on_progress=on_progress))
-    table = pd.DataFrame([{"heal": r.scenario.heal, **r.summary} for r in results])
+    table = pd.DataFrame(
+        [{found.column: label, **r.summary} for label, r in zip(labels, results, strict=True)]
+    )
+    dirs = run_dir_names(labels)
+    listing = {
+        "option": found.option,
+        "column": found.column,
+        "variants": [
+            {"label": v.label, "dir": d, "set": v.values()}
+            for v, d in zip(found.variants, dirs, strict=True)
+        ],
+    }
 
     def fill(directory: Path) -> None:
         directory.mkdir(parents=True)
         table.to_csv(directory / "comparison.csv", index=False)
-        for result in results:
-            write_run(result, directory / result.scenario.heal)
-        plot_comparison(directory)
+        (directory / "variants.json").write_text(json.dumps(listing, indent=2) + "\n")
+        for name, result in zip(dirs, results, strict=True):
+            write_run(result, directory / name)
+        plot_comparison(directory, found.column)
 
     target = out or default_out(RESULTS_ROOT, base.name, "compare")
     written = write_atomically(target, fill, force=force)
-    click.echo(format_table(table))
+    click.echo(format_table(table, found.column))
     click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
+
+
+def _load_variant(
+    path: str,
+    overrides: tuple[str, ...],
+    seed: int | None,
+    variant: Variant,
+    found: VariantSet,
+    base: Scenario,
+) -> Scenario:
+    """The scenario with `--set`, then the variant's keys; a refusal names the variant's option
+    (and its label), and a variant that replays another trace has that trace read whole too."""
+    try:
+        sc = _load(path, (*overrides, *variant.sets), seed, scan_trace=False)
+        if sc.trace_path() != base.trace_path():
+            _trace_requests(sc)
+    except ScenarioError as exc:
+        where = ";".join(variant.sets) if found.option == "--vary" else variant.label
+        raise ScenarioError(f"{found.option} {where}", exc.key, exc.message) from None
+    return sc
 
 
 @cli.command("sweep")
@@ -296,10 +348,15 @@ def sweep_cmd(
     type=str,
     default=None,
     metavar="LOW HIGH",
-    help="Bisect this range (integers give an integer search).",
+    help="Bisect this range (integers give an integer search; a _gb key takes 512MB, 2GiB, ...).",
 )
 @click.option("--values", default=None, help="Comma-separated values to scan instead of bisecting.")
-@click.option("--tolerance", type=float, default=None, help="Bisection resolution.")
+@click.option(
+    "--tolerance",
+    type=float,
+    default=None,
+    help="Bisection resolution (> 0; default 1 for integer ends, 1/64 of the range otherwise).",
+)
 @click.option("--seeds", type=click.IntRange(min=2), default=5, show_default=True)
 @click.option("--executor", type=click.Choice(["serial", "process", "dask"]), default="process")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
@@ -319,33 +376,62 @@ def capacity_cmd(
     out: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
-    """Smallest value of --param that meets --target with 95 % confidence across seeds."""
+    """Smallest value of --param that meets --target with 95 % confidence across seeds.
+
+    Every argument is checked before the first run; a refused one exits 2 and writes nothing.
+    """
     from sim.capacity import CapacitySearch
+    from sim.outputs.plot import plot_capacity
     from sim.outputs.results import default_out
-    from sim.scenario import parse_override
+    from sim.units import with_unit
 
     sc = _load(scenario, overrides)
     if (bounds is None) == (values is None):
-        raise ScenarioError("capacity", "--range/--values", "give exactly one of them")
+        raise ScenarioError(
+            "capacity", None, "give exactly one of --range LOW HIGH and --values A,B,..."
+        )
+    if tolerance is not None and values is not None:
+        raise ScenarioError(
+            "--tolerance", None, "applies only to --range (drop it, or bisect with --range)"
+        )
     target_dir = out or default_out(RESULTS_ROOT, sc.name, "capacity")
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
     if values is not None:
-        answer = search.scan([parse_override(f"v={v}")[1] for v in values.split(",")])
+        answer = search.scan(_quantities("--values", values.split(","), param))
     else:
         assert bounds is not None
-        low, high = (parse_override(f"v={b}")[1] for b in bounds)
+        low, high = _quantities("--range", list(bounds), param)
         answer = search.bisect(low, high, tolerance)
     search.save(answer)
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
         click.echo(
-            f"{param}={ev.value:.6g}: mean {ev.mean:.4g} CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] "
-            f"n={ev.n} {verdict}"
+            f"{param}={with_unit(ev.value, param)}: mean {ev.mean:.4g} "
+            f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
     click.echo(answer.describe())
+    for path in plot_capacity(target_dir):
+        click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
+
+
+def _quantities(option: str, texts: list[str], param: str) -> list[int | float]:
+    """Command-line numbers for `param` (a `_gb` key also takes 512MB, 2GiB, ...)."""
+    from sim.units import parse_quantity
+
+    numbers = []
+    for text in texts:
+        if not text.strip():
+            raise ScenarioError(
+                option, None, f"an empty value in {','.join(texts)!r} (give e.g. 1,2,4)"
+            )
+        try:
+            numbers.append(parse_quantity(text, param))
+        except ValueError as exc:
+            raise ScenarioError(option, None, str(exc)) from None
+    return numbers
 
 
 @cli.command("validate")

@@ -14,6 +14,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 import time
@@ -274,14 +275,21 @@ def grid_of(tasks: list[Task]) -> dict[str, list[Any]]:
 
 
 def parse_target(text: str) -> tuple[str, str, float]:
-    """'heal_rate>=0.9' -> ('heal_rate', '>=', 0.9)."""
+    """'heal_rate>=0.9' -> ('heal_rate', '>=', 0.9); the bound must be a finite number (a NaN
+    bound is never met, an infinite one always or never, whatever the runs say)."""
     for op in (">=", "<="):
         metric, sep, value = text.partition(op)
         if sep:
             try:
-                return metric.strip(), op, float(value)
+                bound = float(value)
             except ValueError:
                 break
+            if not math.isfinite(bound):
+                raise ValueError(
+                    f"the bound {value.strip()!r} in {text!r} is not a finite number "
+                    f"(give e.g. {metric.strip() or 'heal_rate'}{op}0.9)"
+                )
+            return metric.strip(), op, bound
     raise ValueError(f"target {text!r} must look like METRIC>=VALUE or METRIC<=VALUE")
 
 

@@ -102,9 +102,11 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def format_table(table: pd.DataFrame) -> str:
-    rows = [["heal", *COMPARE_COLUMNS]]
-    rows += [[str(r["heal"]), *(_fmt(r[c]) for c in COMPARE_COLUMNS)] for _, r in table.iterrows()]
+def format_table(table: pd.DataFrame, label: str | None = None) -> str:
+    """The compare table: the label column (default: the first), then COMPARE_COLUMNS."""
+    label = label or str(table.columns[0])
+    rows = [[label, *COMPARE_COLUMNS]]
+    rows += [[str(r[label]), *(_fmt(r[c]) for c in COMPARE_COLUMNS)] for _, r in table.iterrows()]
     cols = list(zip(*rows, strict=True))
     widths = [max(len(x) for x in col) for col in cols]
     return "\n".join(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,22 @@ def is_summary_key(name: str) -> bool:
     return name.startswith("storage_") and any(
         name == f"storage_{pool}_{counter}" for pool in POOL_KINDS for counter in STORAGE_COUNTERS
     )
+
+
+def summary_keys(pools: Iterable[str]) -> frozenset[str]:
+    """Every key the summary of a run of a model with these pools has (`is_summary_key` says
+    which names any model can have; this, which this model reports)."""
+    names = list(pools)
+    keys = {*SUMMARY_KEYS, *EXTRA_KEYS, DEVICE_EVICTED_KEY}
+    for name in names:
+        kind = POOL_KINDS[name]
+        keys.update(f"storage_{name}_{counter}" for counter in STORAGE_COUNTERS)
+        if name == KV:
+            continue
+        keys.update(_aux_pool_keys(kind))
+        if not kind.residency.per_page:
+            keys.discard(device_freed_key(name))
+    return frozenset(keys)
 
 
 def _aux_pool_keys(kind: PoolKind) -> tuple[str, ...]:

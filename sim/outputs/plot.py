@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from sim.sweep import parse_target
+from sim.units import unit_of, with_unit
 
 COMPARE_PANELS = (
     ("discard_rate", "discard rate"),
@@ -29,37 +30,54 @@ COMPARE_PANELS = (
 )
 
 
-def plot_comparison(directory: Path) -> Path:
-    return _save(comparison_figure(directory), directory, "comparison")[0]
+def plot_comparison(directory: Path, label: str | None = None) -> Path:
+    return _save(comparison_figure(directory, label), directory, "comparison")[0]
 
 
-def comparison_figure(directory: Path) -> Figure:
-    """Bars of the key metrics per heal rule, and cumulative discards over time."""
+def comparison_figure(directory: Path, label: str | None = None) -> Figure:
+    """Bars of the key metrics per variant, and cumulative discards over time.
+
+    `label` is the column naming the variants (default: the first column of comparison.csv,
+    `heal` for heal rules). Run directories and the labels as given are read from variants.json
+    when there is one (a label such as `null` or `0.10` does not survive a CSV round trip);
+    older compare directories name each run directory after its heal rule.
+    """
     table = pd.read_csv(directory / "comparison.csv")
+    label = label or str(table.columns[0])
+    listing = directory / "variants.json"
+    if listing.exists():
+        variants = json.loads(listing.read_text())["variants"]
+        labels = [str(v["label"]) for v in variants]
+        run_dirs = [directory / v["dir"] for v in variants]
+    else:
+        labels = [str(x) for x in table[label]]
+        run_dirs = [directory / x for x in labels]
     fig = Figure(figsize=(16, 7), layout="constrained")
     axes = fig.subplots(2, 4)
     flat = axes.ravel()
-    colors = [f"C{i}" for i in range(len(table))]
-    for ax, (key, label) in zip(flat, COMPARE_PANELS, strict=False):
+    colors = [f"C{i % 10}" for i in range(len(table))]
+    for ax, (key, title) in zip(flat, COMPARE_PANELS, strict=False):
         values = table[key].astype(float).fillna(0.0)
         if key == "wasted_read_bytes":
             values = values / 1e9
-        ax.bar(table["heal"], values, color=colors)
-        ax.set_title(label)
+        ax.bar(range(len(labels)), values, color=colors, tick_label=labels)
+        ax.set_title(title)
         ax.tick_params(axis="x", labelrotation=20)
     ax = flat[len(COMPARE_PANELS)]
-    for color, heal in zip(colors, table["heal"], strict=True):
-        ts_path = directory / str(heal) / "timeseries.parquet"
+    for color, name, run_dir in zip(colors, labels, run_dirs, strict=True):
+        ts_path = run_dir / "timeseries.parquet"
         if ts_path.exists():
             ts = pd.read_parquet(ts_path)
-            ax.plot(ts["t_s"], ts["discards"], label=str(heal), color=color)
+            ax.plot(ts["t_s"], ts["discards"], label=name, color=color)
     ax.set_title("cumulative discards (after warm-up)")
     ax.set_xlabel("simulated time (s)")
-    ax.legend(fontsize=8)
+    if ax.lines:
+        ax.legend(fontsize=8)
     flat[-1].axis("off")
-    config = directory / str(table["heal"].iloc[0]) / "config.resolved.yaml"
+    config = run_dirs[0] / "config.resolved.yaml" if run_dirs else directory / "none"
     name = yaml.safe_load(config.read_text())["name"] if config.exists() else directory.name
-    fig.suptitle(f"{name}: heal rules compared on the same seed")
+    what = {"heal": "heal rules", "variant": "variants"}.get(label, label)
+    fig.suptitle(f"{name}: {what} compared on the same seed")
     return fig
 
 
@@ -119,40 +137,58 @@ def run_figure(directory: Path) -> Figure:
     return fig
 
 
-def plot_capacity(directory: Path) -> Path:
-    return _save(capacity_figure(directory), directory, "capacity")[0]
+def plot_capacity(directory: Path) -> list[Path]:
+    return _save(capacity_figure(directory), directory, "capacity")
 
 
 def capacity_figure(directory: Path) -> Figure:
-    """Each evaluated value's mean and 95 % interval against the target's bound, the answer
-    marked: the evidence behind a capacity answer at a glance."""
-    answer = json.loads((directory / "capacity.json").read_text())
-    evaluations = pd.read_csv(directory / "evaluations.csv").sort_values("value")
-    metric, op, bound = parse_target(answer["target"])
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    """A capacity search's evaluations: the metric's mean with its 95 % interval at every value
+    tried, the target's bound, and the answer (the smallest value whose interval clears it)."""
+    meta = json.loads((directory / "capacity.json").read_text())
+    evals = pd.read_csv(directory / "evaluations.csv").sort_values("value")
+    metric, op, bound = parse_target(meta["target"])
+    param, answer = meta["param"], meta["answer"]
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = fig.subplots()
-    for meets, color, label in ((True, "C2", "meets"), (False, "C3", "does not meet")):
-        rows = evaluations[evaluations["meets"].astype(bool) == meets]
-        if rows.empty:
+    ax.plot(evals["value"], evals["mean"], color="0.7", linewidth=0.8, zorder=0)
+    for meets, color, verdict in ((True, "C2", "meets"), (False, "C3", "fails")):
+        part = evals[evals["meets"] == meets]
+        if part.empty:
             continue
-        mean = rows["mean"].astype(float)
-        spread = [mean - rows["ci_low"].astype(float), rows["ci_high"].astype(float) - mean]
-        ax.errorbar(rows["value"], mean, yerr=spread, fmt="o", color=color, capsize=4, label=label)
-    ax.axhline(bound, color="0.4", linestyle="--", label=f"target {metric} {op} {bound:g}")
-    if answer.get("answer") is not None:
-        ax.axvline(answer["answer"], color="C2", alpha=0.5, label=f"answer {answer['answer']:.4g}")
-    _scale_x(ax, evaluations["value"].astype(float).tolist())
-    ax.set_xlabel(answer["param"])
-    ax.set_ylabel(f"{metric} (mean, 95 % CI over seeds)")
+        below = (part["mean"] - part["ci_low"]).clip(lower=0)
+        above = (part["ci_high"] - part["mean"]).clip(lower=0)
+        ax.errorbar(
+            part["value"],
+            part["mean"],
+            yerr=[below, above],
+            fmt="o",
+            color=color,
+            capsize=3,
+            label=f"{verdict} the target ({len(part)})",
+        )
+    ax.axhline(
+        bound, color="black", linestyle="--", linewidth=1, label=f"target {metric} {op} {bound:g}"
+    )
+    if answer is not None:
+        ax.axvline(answer, color="C2", linestyle=":", label=f"answer {with_unit(answer, param)}")
+        at = evals[evals["value"] == answer]
+        ax.plot(at["value"], at["mean"], marker="*", markersize=16, color="C2", linestyle="")
+    _scale_x(ax, evals["value"].astype(float).tolist())
+    unit = unit_of(param)
+    ax.set_xlabel(f"{param} ({unit})" if unit else param)
+    ax.set_ylabel(f"{metric} (mean, 95 % CI over {meta['seeds']} seeds)")
+    found = "no value meets it" if answer is None else f"answer {with_unit(answer, param)}"
+    ax.set_title(
+        f"{meta['scenario']}: smallest {param.split('.')[-1]} with {meta['target']}; {found}",
+        fontsize=9,
+    )
     ax.legend(fontsize=8)
-    name = answer.get("scenario", directory.name)
-    ax.set_title(f"{name}\nsmallest {answer['param']} with {metric} {op} {bound:g}")
     return fig
 
 
 def plot_directory(directory: Path) -> list[Path]:
     if (directory / "capacity.json").exists():
-        return [plot_capacity(directory)]
+        return plot_capacity(directory)
     if (directory / "sweep.json").exists():
         return plot_sweep(directory)
     if (directory / "comparison.csv").exists():
@@ -160,7 +196,7 @@ def plot_directory(directory: Path) -> list[Path]:
     if (directory / "timeseries.parquet").exists():
         return [plot_run(directory)]
     raise FileNotFoundError(
-        f"{directory}: none of capacity.json, sweep.json, comparison.csv, timeseries.parquet found"
+        f"{directory}: no capacity.json, sweep.json, comparison.csv or timeseries.parquet found"
     )
 
 
