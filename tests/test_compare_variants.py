@@ -22,6 +22,7 @@ from tests.conftest import invoke, make_doc, ok
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RUN_FILES = {
+    ".hicache-sim",
     "summary.json",
     "config.resolved.yaml",
     "meta.json",
