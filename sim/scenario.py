@@ -92,7 +92,9 @@ def expand_preset(data: Any) -> Any:
     preset = MODEL_PRESETS.get(name) if isinstance(name, str) else None
     if preset is None:
         known = ", ".join(MODEL_PRESETS)
-        raise KeyedError("model.preset", f"unknown preset {name!r}; known presets: {known}")
+        guess = _nearest(str(name), list(MODEL_PRESETS))
+        hint = f"did you mean {guess!r}? " if guess else ""
+        raise KeyedError("model.preset", f"unknown preset {name!r}; {hint}known presets: {known}")
     return layered(preset.pool_specs(), data)
 
 
