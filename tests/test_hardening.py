@@ -105,3 +105,25 @@ def test_trace_hash_ids_beyond_the_key_space_are_bad_input(tmp_path: Path) -> No
     with pytest.raises(ScenarioError) as err:
         _trace_scenario(tmp_path, _trace(tmp_path, records)).workload.scan()
     assert "hash_ids" in str(err.value) and "below" in str(err.value)
+
+
+def test_plot_and_export_trace_replace_a_planted_symlink_instead_of_writing_through(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_doc(duration_s=20, **{"workload.requests": 20})))
+    run_dir = tmp_path / "run"
+    assert invoke("run", str(path), "--out", str(run_dir), "--storage-trace").exit_code == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    for name in ("timeseries.png", "kv.csv"):
+        (run_dir / name).unlink(missing_ok=True)
+        (run_dir / name).symlink_to(victim)
+    assert invoke("plot", str(run_dir)).exit_code == 0
+    out = str(run_dir / "kv.csv")
+    assert invoke("export-trace", str(run_dir), "--pool", "kv", "--out", out).exit_code == 0
+    assert victim.read_text() == "mine"
+    for name in ("timeseries.png", "kv.csv"):
+        assert not (run_dir / name).is_symlink() and (run_dir / name).stat().st_size > 0

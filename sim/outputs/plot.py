@@ -17,6 +17,7 @@ import yaml
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from sim.outputs.files import replace_file
 from sim.sweep import parse_target
 from sim.units import unit_of, with_unit
 
@@ -203,7 +204,7 @@ def plot_directory(directory: Path) -> list[Path]:
 def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
     paths = [directory / f"{stem}.png", directory / f"{stem}.svg"]
     for path in paths:
-        fig.savefig(path, dpi=110)
+        replace_file(path, lambda tmp: fig.savefig(tmp, dpi=110))
     return paths
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 import yaml
 
 from sim.model.pools import POOL_KINDS
+from sim.outputs.files import replace_file
 from sim.runner import RunResult
 from sim.scenario import Scenario, scenario_document
 from sim.sizes import annotate_yaml, size_notes
@@ -101,8 +102,7 @@ def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
             "obj_size": rows["size_bytes"].astype("int64"),
         }
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
+    replace_file(out, lambda tmp: frame.to_csv(tmp, index=False))
     return len(frame)
 
 
