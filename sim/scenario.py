@@ -281,6 +281,12 @@ class Scenario(Strict):
             for key in self.sweep.grid:
                 if key.split(".")[0] == "sweep":
                     raise KeyedError(f"sweep.grid.{key}", "a sweep cannot sweep itself")
+                if key == "seed":
+                    raise KeyedError(
+                        "sweep.grid.seed",
+                        "a sweep's seeds are its sweep.seeds replications, derived from the "
+                        "scenario's seed; set sweep.seeds (or the scenario's seed) instead",
+                    )
                 if key == "model.preset":
                     raise KeyedError(
                         f"sweep.grid.{key}",

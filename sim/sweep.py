@@ -336,8 +336,12 @@ def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]
     arr = np.asarray(list(values), dtype=float)
     n = arr.size
     mean = float(arr.mean()) if n else float("nan")
-    std = float(arr.std(ddof=1)) if n > 1 else 0.0 if n == 1 else float("nan")
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n)) if n > 1 else 0.0
+    if n < 2:
+        # One seed says nothing about the spread: the interval is unavailable, not zero wide.
+        nan = float("nan")
+        return {"mean": mean, "std": nan, "n": n, "ci_low": nan, "ci_high": nan}
+    std = float(arr.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n))
     return {"mean": mean, "std": std, "n": n, "ci_low": mean - half, "ci_high": mean + half}
 
 

@@ -127,3 +127,20 @@ def test_plot_and_export_trace_replace_a_planted_symlink_instead_of_writing_thro
     assert victim.read_text() == "mine"
     for name in ("timeseries.png", "kv.csv"):
         assert not (run_dir / name).is_symlink() and (run_dir / name).stat().st_size > 0
+
+
+def test_one_seed_gives_no_interval_and_a_grid_cannot_sweep_the_seed() -> None:
+    import math
+
+    from sim.sweep import confidence
+
+    one = confidence([0.4])
+    assert one["mean"] == 0.4 and one["n"] == 1
+    assert all(math.isnan(one[k]) for k in ("std", "ci_low", "ci_high"))
+    two = confidence([0.4, 0.6])
+    assert two["ci_low"] < 0.5 < two["ci_high"]
+    doc = make_doc()
+    doc["sweep"] = {"seeds": 2, "grid": {"seed": [1, 2, 3]}}
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(doc, "<t>")
+    assert err.value.key == "sweep.grid.seed" and "sweep.seeds" in err.value.message
