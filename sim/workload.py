@@ -10,11 +10,12 @@ from a counter instead of the interner, which keeps memory proportional to the s
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 import json
 import math
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +29,20 @@ from sim.registry import Registry
 from sim.spec import (
     KeyedError,
     NonNegFloat,
-    NonNegInt,
     PositiveFloat,
     PositiveInt,
     ScenarioError,
     Strict,
 )
+
+MAX_REQUEST_TOKENS = 2**24
+"""Tokens one request may hold (prompt plus output): 16.8 M, past any served context; larger
+values would only make a run run out of memory."""
+MAX_REQUESTS = 10**7
+"""Requests of a generated workload (1 M take about three minutes)."""
+MAX_CONTEXTS = 10**6
+"""Distinct shared contexts or conversations of a generated workload."""
+Tokens = Annotated[int, Field(strict=True, ge=0, le=MAX_REQUEST_TOKENS)]
 
 FRESH_KEY_BASE = 1 << 62
 """Unshareable page keys start here. Interned keys count up from 1 and a trace's keys stay
@@ -91,13 +100,22 @@ class WorkloadSpec(Strict):
 
 class SharedPrefixWorkload(WorkloadSpec):
     kind: Literal["shared_prefix"]
-    prefixes: PositiveInt = 16
-    prefix_tokens: PositiveInt = 4096
+    prefixes: Annotated[int, Field(strict=True, ge=1, le=MAX_CONTEXTS)] = 16
+    prefix_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_REQUEST_TOKENS)] = 4096
     zipf_s: NonNegFloat = 1.0
-    suffix_tokens: NonNegInt = 32
-    output_tokens: NonNegInt = 64
+    suffix_tokens: Tokens = 32
+    output_tokens: Tokens = 64
     arrival_rate_per_s: PositiveFloat = 4.0
-    requests: PositiveInt = 1000
+    requests: Annotated[int, Field(strict=True, ge=1, le=MAX_REQUESTS)] = 1000
+
+    def check(self, page_size: int) -> None:
+        total = self.prefix_tokens + self.suffix_tokens + self.output_tokens
+        if total > MAX_REQUEST_TOKENS:
+            raise KeyedError(
+                "workload.prefix_tokens",
+                f"a request of {total:,} tokens (prefix + suffix + output) is over the "
+                f"{MAX_REQUEST_TOKENS:,} a request may hold",
+            )
 
     def build(self, page_size: int, rng: np.random.Generator) -> Workload:
         return SharedPrefix(self, page_size, rng)
@@ -105,13 +123,23 @@ class SharedPrefixWorkload(WorkloadSpec):
 
 class MultiturnWorkload(WorkloadSpec):
     kind: Literal["multiturn"]
-    sessions: PositiveInt = 100
-    turns: PositiveInt = 5
-    first_turn_tokens: PositiveInt = 2048
-    turn_tokens: PositiveInt = 512
-    output_tokens: NonNegInt = 128
+    sessions: Annotated[int, Field(strict=True, ge=1, le=MAX_CONTEXTS)] = 100
+    turns: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 5
+    first_turn_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_REQUEST_TOKENS)] = 2048
+    turn_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_REQUEST_TOKENS)] = 512
+    output_tokens: Tokens = 128
     think_time_s: NonNegFloat = 5.0
     arrival_rate_per_s: PositiveFloat = 1.0
+
+    def check(self, page_size: int) -> None:
+        last = self.first_turn_tokens + (self.turns - 1) * self.turn_tokens
+        total = last + self.turns * self.output_tokens
+        if total > MAX_REQUEST_TOKENS:
+            raise KeyedError(
+                "workload.turns",
+                f"the last turn re-sends {total:,} tokens, over the {MAX_REQUEST_TOKENS:,} a "
+                "request may hold",
+            )
 
     def build(self, page_size: int, rng: np.random.Generator) -> Workload:
         return Multiturn(self, page_size, rng)
@@ -287,25 +315,38 @@ def iter_trace(path: Path, block_tokens: int) -> Iterator[tuple[int, TraceRecord
             compressed = path.suffix == ".gz" or raw.peek(2)[:2] == GZIP_MAGIC
         except OSError as exc:
             raise ScenarioError(str(path), "workload.path", f"cannot read trace: {exc}") from None
-        handle: Iterable[bytes] = (
+        handle: gzip.GzipFile | io.BufferedReader = (
             stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")) if compressed else raw
         )
         yield from _records(_lines(handle, compressed, str(path)), block_tokens, str(path))
 
 
-def _lines(handle: Iterable[bytes], compressed: bool, source: str) -> Iterator[tuple[int, bytes]]:
-    """Numbered raw lines; a read or decompression failure names the line it stopped at."""
+MAX_LINE_BYTES = 4 * 2**20
+"""A trace line longer than this is bad input: a request of MAX_REQUEST_TOKENS has at most
+32,768 hash ids, well under it, and a file without newlines must not grow memory unbounded."""
+
+
+def _lines(
+    handle: gzip.GzipFile | io.BufferedReader, compressed: bool, source: str
+) -> Iterator[tuple[int, bytes]]:
+    """Numbered raw lines, each read with a bound; a read or decompression failure names the
+    line it stopped at."""
     line_no = 0
-    lines = iter(handle)
     while True:
         try:
-            raw = next(lines, None)
+            raw = handle.readline(MAX_LINE_BYTES + 1)
         except (OSError, EOFError, zlib.error) as exc:
             what = "not a valid gzip stream" if compressed else "cannot read trace"
             raise ScenarioError(source, f"line {line_no + 1}", f"{what}: {exc}") from None
-        if raw is None:
+        if not raw:
             return
         line_no += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise ScenarioError(
+                source,
+                f"line {line_no}",
+                f"longer than {MAX_LINE_BYTES:,} bytes (no trace line is)",
+            )
         yield line_no, raw
 
 
@@ -346,6 +387,12 @@ def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> Tr
     for key, val in (("input_length", inp), ("output_length", out)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 0:
             raise ScenarioError(source, f"{where}: {key}", "must be an integer >= 0")
+    if inp + out > MAX_REQUEST_TOKENS:
+        raise ScenarioError(
+            source,
+            f"{where}: input_length",
+            f"a request of {inp + out:,} tokens is over the {MAX_REQUEST_TOKENS:,} one may hold",
+        )
     if not isinstance(ids, list) or not {int}.issuperset(map(type, ids)) or min(ids, default=0) < 0:
         raise ScenarioError(source, f"{where}: hash_ids", "must be a list of integers >= 0")
     if ids and (max(ids) + 1) * block_tokens >= MAX_TRACE_TOKEN_KEY:

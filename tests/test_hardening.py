@@ -144,3 +144,48 @@ def test_one_seed_gives_no_interval_and_a_grid_cannot_sweep_the_seed() -> None:
     with pytest.raises(ScenarioError) as err:
         build_scenario(doc, "<t>")
     assert err.value.key == "sweep.grid.seed" and "sweep.seeds" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"workload.output_tokens": 10**12}, "workload.output_tokens"),
+        ({"workload.prefixes": 10**9}, "workload.prefixes"),
+        ({"workload.suffix_tokens": 10**30}, "workload.suffix_tokens"),
+        ({"workload.requests": 10**9}, "workload.requests"),
+        (
+            {"workload.prefix_tokens": 2**24, "workload.suffix_tokens": 2**24},
+            "workload.prefix_tokens",
+        ),
+    ],
+)
+def test_workload_sizes_have_bounds_that_validate_enforces(
+    overrides: dict[str, int], key: str
+) -> None:
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(make_doc(**overrides), "<t>")
+    assert err.value.key == key
+
+
+def test_multiturn_sessions_and_conversation_length_are_bounded() -> None:
+    multiturn = {"kind": "multiturn", "sessions": 10**9}
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(make_doc(workload=multiturn), "<t>")
+    assert err.value.key == "workload.sessions"
+    long = {"kind": "multiturn", "turns": 10_000, "turn_tokens": 10**5}
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(make_doc(workload=long), "<t>")
+    assert err.value.key == "workload.turns"
+
+
+def test_a_huge_trace_request_and_a_line_without_end_are_bad_input(tmp_path: Path) -> None:
+    huge = [{"timestamp": 0, "input_length": 200 * 2**20, "output_length": 1, "hash_ids": []}]
+    huge[0]["hash_ids"] = list(range(-(-huge[0]["input_length"] // 512)))  # type: ignore[arg-type]
+    with pytest.raises(ScenarioError) as err:
+        _trace_scenario(tmp_path, _trace(tmp_path, huge)).workload.scan()
+    assert "input_length" in str(err.value)
+    endless = tmp_path / "endless.jsonl"
+    endless.write_bytes(b"[" + b"1," * (3 * 2**20))
+    with pytest.raises(ScenarioError) as err:
+        _trace_scenario(tmp_path, endless).workload.scan()
+    assert "line 1" in str(err.value) and "longer than" in str(err.value)
