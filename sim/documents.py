@@ -8,6 +8,7 @@ dotted key and the line.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,14 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError("--set", f"{key}.{exc.key}", exc.message) from None
     except LOADER_ERRORS as exc:
         raise ScenarioError("--set", key, f"value is not valid YAML: {_brief(exc)}") from None
+    if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
+        value = float(value)
     return key.strip(), value
+
+
+_EXPONENT_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+"""`1e9`, `2.5E-3`: numbers in YAML 1.2 and to every user, strings to PyYAML's YAML 1.1
+(which wants `1.0e+9`); a `--set` value so written is read as the number it means."""
 
 
 def apply_override(doc: dict[str, Any], key: str, value: Any, source: str = "--set") -> None:

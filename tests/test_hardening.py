@@ -189,3 +189,16 @@ def test_a_huge_trace_request_and_a_line_without_end_are_bad_input(tmp_path: Pat
     with pytest.raises(ScenarioError) as err:
         _trace_scenario(tmp_path, endless).workload.scan()
     assert "line 1" in str(err.value) and "longer than" in str(err.value)
+
+
+def test_set_reads_exponent_numbers_as_numbers() -> None:
+    from sim.documents import parse_override
+
+    assert parse_override("storage.read_gbps=1e9") == ("storage.read_gbps", 1e9)
+    assert parse_override("prefetch.timeout_base_s=2.5E-1") == ("prefetch.timeout_base_s", 0.25)
+    assert parse_override("name=run1e9x") == ("name", "run1e9x")
+    scenario = build_scenario(make_doc(), "<t>")
+    doc = make_doc()
+    key, value = parse_override("storage.read_gbps=1e3")
+    doc["storage"][key.split(".")[1]] = value
+    assert build_scenario(doc, "<t>").storage.read_gbps == 1000.0 != scenario.storage.read_gbps
