@@ -61,14 +61,28 @@ def sweep_seeds(root_seed: int, n: int) -> list[int]:
     return [int(child.generate_state(1, dtype=np.uint32)[0]) for child in children]
 
 
+MAX_SWEEP_RUNS = 100_000
+"""Runs one sweep may plan: planning costs about 170 µs and 4 KB a run before anything runs,
+and a larger sweep is better split (each part resumable on its own)."""
+
+
 def plan(scenario: Scenario, source: str, seeds: int | None = None) -> list[Task]:
     """Expand the grid × seeds into validated tasks; a bad grid value is a ScenarioError."""
     if scenario.sweep is None:
         raise ScenarioError(source, "sweep", "the scenario has no sweep section")
     grid = scenario.sweep.grid
+    replications = seeds or scenario.sweep.seeds
+    runs = math.prod(len(values) for values in grid.values()) * replications
+    if runs > MAX_SWEEP_RUNS:
+        raise ScenarioError(
+            source,
+            "sweep",
+            f"{runs:,} runs ({replications:,} seeds × the grid's points) is over the "
+            f"{MAX_SWEEP_RUNS:,} a sweep may plan; split it, or use fewer seeds or values",
+        )
     base = scenario_document(scenario)
     base.pop("sweep", None)
-    seed_list = sweep_seeds(scenario.seed, seeds or scenario.sweep.seeds)
+    seed_list = sweep_seeds(scenario.seed, replications)
     keys = list(grid)
     tasks = []
     for point, combo in enumerate(itertools.product(*(grid[k] for k in keys))):

@@ -202,3 +202,17 @@ def test_set_reads_exponent_numbers_as_numbers() -> None:
     key, value = parse_override("storage.read_gbps=1e3")
     doc["storage"][key.split(".")[1]] = value
     assert build_scenario(doc, "<t>").storage.read_gbps == 1000.0 != scenario.storage.read_gbps
+
+
+def test_a_sweep_too_large_to_plan_is_refused_at_once(tmp_path: Path) -> None:
+    import yaml
+
+    doc = make_doc()
+    doc["sweep"] = {"seeds": 1, "grid": {"storage.read_gbps": list(range(1, 1001))}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    started = time.perf_counter()
+    result = invoke("sweep", str(path), "--seeds", "1000", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "1,000,000 runs" in result.output
+    assert time.perf_counter() - started < 10
+    assert not (tmp_path / "out").exists()
