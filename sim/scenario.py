@@ -161,7 +161,7 @@ class StoragePoolSpec(Strict):
     capacity_gb: Annotated[float, Field(strict=True, ge=0.0, le=1e9)] | None = None
     get_fail_prob: Probability = 0.0
     put_fail_prob: Probability = 0.0
-    evict_rate_per_s: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
+    evict_rate_per_s: Annotated[float, Field(strict=True, ge=0.0, le=1e4)] = 0.0
     put_outage_s: tuple[NonNegFloat, NonNegFloat] | None = None
 
     @model_validator(mode="after")
