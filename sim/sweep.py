@@ -202,7 +202,7 @@ def compute(
         desc="runs",
         unit="run",
         file=sys.stderr,
-        disable=not progress,
+        disable=None if progress else True,  # None: only when stderr is a terminal
     )
     with bar:
         for task, record in _dispatch(todo, executor, workers, scheduler):

@@ -31,6 +31,10 @@ COMPARE_PANELS = (
 )
 
 
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "x")
+
+
 def plot_comparison(directory: Path, label: str | None = None) -> Path:
     return _save(comparison_figure(directory, label), directory, "comparison")[0]
 
@@ -61,15 +65,35 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
         values = table[key].astype(float).fillna(0.0)
         if key == "wasted_read_bytes":
             values = values / 1e9
-        ax.bar(range(len(labels)), values, color=colors, tick_label=labels)
+        bars = ax.bar(range(len(labels)), values, color=colors, tick_label=labels)
+        ax.bar_label(bars, labels=[_short(v) for v in values], fontsize=7)
+        positive = values[values > 0]
+        if len(positive) >= 2 and positive.max() / positive.min() >= 10:
+            ax.set_yscale("log")
+            title += " (log scale)"
         ax.set_title(title)
         ax.tick_params(axis="x", labelrotation=20)
     ax = flat[len(COMPARE_PANELS)]
-    for color, name, run_dir in zip(colors, labels, run_dirs, strict=True):
+    drawn: list[tuple[np.ndarray, str]] = []
+    for i, (color, name, run_dir) in enumerate(zip(colors, labels, run_dirs, strict=True)):
         ts_path = run_dir / "timeseries.parquet"
         if ts_path.exists():
             ts = pd.read_parquet(ts_path)
-            ax.plot(ts["t_s"], ts["discards"], label=name, color=color)
+            same = next(
+                (first for values, first in drawn if np.array_equal(values, ts["discards"])), None
+            )
+            drawn.append((ts["discards"].to_numpy(), name))
+            # Coinciding series stay visible: each its own line style and marker, and a note.
+            ax.plot(
+                ts["t_s"],
+                ts["discards"],
+                label=name if same is None else f"{name} (same as {same})",
+                color=color,
+                linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+                marker=MARKERS[i % len(MARKERS)],
+                markevery=max(1, len(ts) // 12),
+                markersize=4,
+            )
     ax.set_title("cumulative discards (after warm-up)")
     ax.set_xlabel("simulated time (s)")
     if ax.lines:
@@ -206,6 +230,10 @@ def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
     for path in paths:
         replace_file(path, lambda tmp: fig.savefig(tmp, dpi=110))
     return paths
+
+
+def _short(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _numeric(values: list[object]) -> bool:
