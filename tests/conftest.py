@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,37 @@ def invoke(*args: str) -> Result:
 def ok(result: Result) -> Result:
     assert result.exit_code == 0, (result.exit_code, result.output, result.stderr)
     return result
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+TINY_SWEEP: dict[str, Any] = {
+    "workload.requests": 120,
+    "duration_s": 60,
+    "workload.prefixes": 60,
+    "device.kv_pages": 400,
+    "device.swa_pages": 400,
+    "host.pages": 800,
+}
+"""Small device and host, 60 prefixes of 32 pages: runs of a second, for sweeps and searches."""
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
+
+
+def read_summary(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / "summary.json").read_text())
+
+
+RUN_FILES = {
+    ".hicache-sim",
+    "summary.json",
+    "config.resolved.yaml",
+    "meta.json",
+    "requests.parquet",
+    "prefetches.parquet",
+    "writes.parquet",
+    "timeseries.parquet",
+}
+"""What a run directory holds (docs/metrics.md, "Tables")."""

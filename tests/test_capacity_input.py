@@ -20,19 +20,11 @@ from sim.outputs.metrics import summary_keys
 from sim.runner import run
 from sim.scenario import build_scenario
 from sim.units import parse_quantity, unit_of, with_unit
-from tests.conftest import invoke, make_doc, make_scenario, ok
+from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, make_scenario, ok
 
 CAP = "storage.pools.swa.capacity_gb"
 TARGET = "discard_rate<=0.2"
-TINY: dict[str, Any] = {
-    "workload.requests": 120,
-    "duration_s": 60,
-    "workload.prefixes": 60,
-    "device.kv_pages": 400,
-    "device.swa_pages": 400,
-    "host.pages": 800,
-}
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TINY = TINY_SWEEP
 
 
 @pytest.fixture
@@ -274,10 +266,6 @@ def test_parse_quantity_refuses_what_is_not_a_finite_number(text: str):
 def test_parse_quantity_refuses_a_unit_on_a_key_counted_otherwise():
     with pytest.raises(ValueError, match="counted in pages"):
         parse_quantity("10GB", "device.swa_pages")
-
-
-def is_png(path: Path) -> bool:
-    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_capacity_draws_its_evaluations_and_plot_redraws_them(work: Path):

@@ -17,20 +17,10 @@ import yaml
 
 from sim.outputs.metrics import SUMMARY_KEYS
 from sim.scenario import Scenario, build_scenario, load_scenario
-from tests.conftest import REPO, invoke, make_doc, ok
+from tests.conftest import REPO, RUN_FILES, invoke, is_png, make_doc, ok, read_summary
 
 DESIGN = REPO.parent / "shared" / "DESIGN.md"
 
-RUN_FILES = {
-    ".hicache-sim",
-    "summary.json",
-    "config.resolved.yaml",
-    "meta.json",
-    "requests.parquet",
-    "prefetches.parquet",
-    "writes.parquet",
-    "timeseries.parquet",
-}
 
 # DESIGN 4.3, copied literally; `test_design_lists_the_same_keys` re-reads the DESIGN itself.
 DESIGN_SUMMARY_KEYS = """
@@ -42,7 +32,6 @@ ttft_p50_s, ttft_p99_s, events, wall_s
 """
 CONTRACT_KEYS = [k.strip() for k in DESIGN_SUMMARY_KEYS.split(",")]
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N_REQUESTS = 60
 
 
@@ -59,14 +48,6 @@ def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.write_text(yaml.safe_dump(tiny_doc(), sort_keys=False), encoding="utf-8")
     monkeypatch.chdir(work)
     return path
-
-
-def read_summary(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "summary.json").read_text())
-
-
-def is_png(path: Path) -> bool:
-    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
 
 
 # --- run ----------------------------------------------------------------------------------------

@@ -18,19 +18,7 @@ from sim.outputs.console import COMPARE_COLUMNS, format_table
 from sim.outputs.plot import plot_comparison
 from sim.scenario import ScenarioError
 from sim.variants import run_dir_names, split_outside_brackets, variant_set
-from tests.conftest import invoke, make_doc, ok
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-RUN_FILES = {
-    ".hicache-sim",
-    "summary.json",
-    "config.resolved.yaml",
-    "meta.json",
-    "requests.parquet",
-    "prefetches.parquet",
-    "writes.parquet",
-    "timeseries.parquet",
-}
+from tests.conftest import RUN_FILES, invoke, is_png, make_doc, ok, read_summary
 
 
 @pytest.fixture
@@ -57,14 +45,6 @@ def config(directory: Path) -> dict[str, Any]:
     return yaml.safe_load((directory / "config.resolved.yaml").read_text())
 
 
-def summary(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "summary.json").read_text())
-
-
-def is_png(path: Path) -> bool:
-    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
-
-
 def test_vary_one_key(tiny: Path, tmp_path: Path):
     out = tmp_path / "cmp"
     key = "storage.hit_query"
@@ -78,7 +58,7 @@ def test_vary_one_key(tiny: Path, tmp_path: Path):
         assert set(os.listdir(out / value)) == RUN_FILES
         assert config(out / value)["storage"]["hit_query"] == value
         row = table[table[key] == value].iloc[0]
-        assert row["prefetch_issued"] == summary(out / value)["prefetch_issued"]
+        assert row["prefetch_issued"] == read_summary(out / value)["prefetch_issued"]
     assert len({config(out / v)["seed"] for v in ("min_of_pools", "intersect")}) == 1
     assert is_png(out / "comparison.png")
     header = result.stdout.splitlines()[0].split()

@@ -19,7 +19,7 @@ import yaml
 from sim.outputs.findings import capacity_findings, compare_findings, run_findings
 from sim.outputs.report import build_report, header_comment
 from sim.outputs.units import cell, unit_of, with_unit
-from tests.conftest import invoke, make_doc, ok
+from tests.conftest import PNG_MAGIC, invoke, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"
 TINY: dict[str, Any] = {
@@ -30,7 +30,6 @@ TINY: dict[str, Any] = {
     "device.swa_pages": 400,
     "host.pages": 800,
 }
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 KINDS = ("run", "compare", "sweep", "capacity")
 TABLES = {
     "run": {"summary", "provenance"},

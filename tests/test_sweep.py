@@ -26,22 +26,14 @@ from sim.outputs.plot import plot_sweep
 from sim.runner import run
 from sim.scenario import ScenarioError, build_scenario, load_scenario
 from sim.sweep import Task, plan, run_sweep, sweep_seeds
-from tests.conftest import invoke, make_doc, ok
+from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"
 # Small device and host, 60 prefixes of 32 pages: the SWA storage pool's capacity decides how
 # many prefetches find their SWA tail evicted (discard_rate falls from 1 to 0 over 0.02..0.2 GB).
-TINY: dict[str, Any] = {
-    "workload.requests": 120,
-    "duration_s": 60,
-    "workload.prefixes": 60,
-    "device.kv_pages": 400,
-    "device.swa_pages": 400,
-    "host.pages": 800,
-}
+TINY = TINY_SWEEP
 GRID = {CAP: [0.05, 0.1], "heal": ["none", "keep_pages"]}
 SEEDS = 3
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BLOCK = 512
 
 
@@ -96,10 +88,6 @@ def same_value(a: Any, b: Any) -> bool:
     if missing_a or missing_b:
         return missing_a and missing_b
     return bool(a == b)
-
-
-def is_png(path: Path) -> bool:
-    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC
 
 
 def is_svg(path: Path) -> bool:
