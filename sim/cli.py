@@ -11,13 +11,15 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 import pandas as pd
+import yaml
 
 from sim.outputs.console import format_table, print_summary, progress
 from sim.runner import run
@@ -468,15 +470,16 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
 @_bad_input
 def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
     """Write a run's storage accesses of one pool as a libCacheSim CSV trace."""
-    from sim.outputs.results import export_libcachesim_csv
+    from sim.outputs.results import PoolNotInRun, export_libcachesim_csv
 
     target = out or run_dir / f"storage_trace_{pool}.csv"
-    try:
-        n = export_libcachesim_csv(run_dir, pool, target)
-    except FileNotFoundError as exc:
-        raise ScenarioError(str(run_dir), "storage_trace.parquet", str(exc)) from None
-    except ValueError as exc:
-        raise ScenarioError(str(run_dir), "--pool", str(exc)) from None
+    with _reading(run_dir):
+        try:
+            n = export_libcachesim_csv(run_dir, pool, target)
+        except FileNotFoundError as exc:
+            raise ScenarioError(str(run_dir), "storage_trace.parquet", str(exc)) from None
+        except PoolNotInRun as exc:
+            raise ScenarioError(str(run_dir), "--pool", str(exc)) from None
     click.echo(f"wrote {target} ({n} requests of pool {pool})")
 
 
@@ -493,7 +496,9 @@ def plot_cmd(directory: Path) -> None:
     """Draw the plots of a run, compare, sweep or capacity directory."""
     from sim.outputs.plot import plot_directory
 
-    for path in plot_directory(directory):
+    with _reading(directory):
+        paths = plot_directory(directory)
+    for path in paths:
         click.echo(f"wrote {path}")
 
 
@@ -510,7 +515,35 @@ def report_cmd(directory: Path, out: Path | None) -> None:
     """Write one self-contained HTML page of a run, compare, sweep or capacity directory."""
     from sim.outputs.report import write_report
 
-    click.echo(f"wrote {write_report(directory, out)}")
+    with _reading(directory):
+        written = write_report(directory, out)
+    click.echo(f"wrote {written}")
+
+
+@contextmanager
+def _reading(directory: Path) -> Iterator[None]:
+    """A result directory this tool did not write as it is (junk Parquet, a configuration that
+    is not a mapping or carries a Python tag, a malformed sweep.json) is bad input, exit 2."""
+    try:
+        yield
+    except ScenarioError:
+        raise
+    except (*_UNREADABLE, yaml.YAMLError) as exc:
+        raise ScenarioError(
+            str(directory), None, f"not a readable result directory ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+_UNREADABLE = (
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+)
 
 
 def _refuse_existing(out: Path | None, force: bool) -> None:

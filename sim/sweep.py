@@ -308,12 +308,18 @@ def parse_target(text: str) -> tuple[str, str, float]:
 
 
 def _finished(path: Path) -> bool:
-    if not path.exists():
-        return False
+    """A task file holding a finished run; anything else (missing, junk, a failure) is run
+    again and the file rewritten, so a damaged sweep directory resumes instead of crashing."""
     try:
-        return json.loads(path.read_text()).get("error") is None
-    except (OSError, json.JSONDecodeError):
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
         return False
+    return (
+        isinstance(record, dict)
+        and record.get("error") is None
+        and isinstance(record.get("summary"), dict)
+        and {"point", "values", "seed"} <= record.keys()
+    )
 
 
 def runs_table(tasks: list[Task], records: list[dict[str, Any]]) -> pd.DataFrame:

@@ -216,3 +216,63 @@ def test_a_sweep_too_large_to_plan_is_refused_at_once(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "1,000,000 runs" in result.output
     assert time.perf_counter() - started < 10
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import yaml
+
+    base = tmp_path_factory.mktemp("crafted")
+    path = base / "s.yaml"
+    path.write_text(yaml.safe_dump(make_doc(duration_s=20, **{"workload.requests": 20})))
+    assert invoke("run", str(path), "--out", str(base / "run"), "--storage-trace").exit_code == 0
+    return base / "run"
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("timeseries.parquet", b"not parquet"),
+        ("storage_trace.parquet", b"PAR1 junk"),
+        ("config.resolved.yaml", b"- a list\n- not a mapping\n"),
+        ("config.resolved.yaml", b"name: !!python/object:os.system {}\n"),
+    ],
+    ids=["junk-timeseries", "junk-storage-trace", "config-as-list", "python-tag"],
+)
+def test_crafted_run_directories_are_bad_input_for_every_reader(
+    a_run: Path, tmp_path: Path, name: str, content: bytes
+) -> None:
+    import shutil
+
+    crafted = tmp_path / "run"
+    shutil.copytree(a_run, crafted)
+    (crafted / name).write_bytes(content)
+    codes = []
+    for args in (
+        ["plot", str(crafted)],
+        ["report", str(crafted)],
+        ["export-trace", str(crafted), "--pool", "kv"],
+    ):
+        result = invoke(*args)
+        assert result.exit_code in (0, 2), (args, result.output)
+        assert "Traceback" not in result.output
+        codes.append(result.exit_code)
+    assert 2 in codes, "a reader that needs the damaged file says so"
+
+
+def test_a_sweep_resumes_over_junk_task_files(tmp_path: Path) -> None:
+    import yaml
+
+    doc = make_doc(duration_s=10, **{"workload.requests": 10})
+    doc["sweep"] = {"seeds": 2, "grid": {"heal": ["none", "keep_pages"]}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "sweep"
+    args = ["sweep", str(path), "--executor", "serial", "--out", str(out)]
+    assert invoke(*args).exit_code == 0
+    tasks = sorted((out / "tasks").glob("*.json"))
+    for task, junk in zip(tasks, ["[1]", "{}", "not json", '{"error": null}'], strict=True):
+        task.write_text(junk)
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert "4 computed" in result.output

@@ -80,6 +80,10 @@ def write_run(result: RunResult, directory: Path) -> None:
             result.tables[name].to_parquet(directory / f"{name}.parquet", index=False)
 
 
+class PoolNotInRun(LookupError):
+    """`export-trace --pool` names a pool the run's model does not have."""
+
+
 def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
     """Write one pool's storage accesses as a CSV that libCacheSim's CSV reader takes.
 
@@ -92,7 +96,7 @@ def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
     config = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
     pools = [name for name in POOL_KINDS if config["model"].get(name)]
     if pool not in pools:
-        raise ValueError(f"pool {pool!r} is not in this run (pools: {', '.join(pools)})")
+        raise PoolNotInRun(f"pool {pool!r} is not in this run (pools: {', '.join(pools)})")
     trace = pd.read_parquet(trace_path)
     rows = trace[trace["pool"] == pool]
     frame = pd.DataFrame(
