@@ -80,6 +80,7 @@ def _load(
 ) -> Scenario:
     """Load, validate and check references; by default also read the whole trace, so that a
     malformed line is bad input before anything runs, even past the horizon or `limit`."""
+    _check_path(path, Path(path))
     items = list(overrides)
     if seed is not None:
         items.append(f"seed={seed}")
@@ -546,11 +547,24 @@ _UNREADABLE = (
 )
 
 
+def _check_path(option: str, path: Path) -> None:
+    """A path every file system here can hold and every output file can name: UTF-8, and no
+    component longer than 255 bytes."""
+    try:
+        parts = [part.encode("utf-8") for part in path.parts]
+    except UnicodeEncodeError:
+        raise ScenarioError(option, None, f"{path!s:.80} is not a valid UTF-8 path") from None
+    if any(len(part) > 255 for part in parts):
+        raise ScenarioError(option, None, "a folder or file name is at most 255 bytes")
+
+
 def _refuse_existing(out: Path | None, force: bool) -> None:
     """Before anything runs: an existing `--out` needs `--force`, and `--force` replaces only
     a result directory this tool wrote (never a symlink, the working directory or a parent)."""
     from sim.outputs.results import check_replaceable
 
+    if out is not None:
+        _check_path("--out", out)
     if out is None or not (out.exists() or out.is_symlink()):
         return
     if not force:

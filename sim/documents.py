@@ -44,10 +44,16 @@ def _check_document(
         for key_node, value_node in node.value:
             key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
             dotted = f"{path}.{key}" if path else key
-            if key in seen and key != "<<":
-                raise ScenarioError(
-                    "", dotted, f"duplicate key (line {key_node.start_mark.line + 1})"
-                )
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                if key == "<<":
+                    raise ScenarioError(
+                        "",
+                        dotted,
+                        f"two merge keys in one mapping (line {line}): merge several "
+                        "with one list, <<: [*a, *b]",
+                    )
+                raise ScenarioError("", dotted, f"duplicate key (line {line})")
             seen.add(key)
             _check_document(value_node, dotted, active, checked)
     elif isinstance(node, yaml.SequenceNode):

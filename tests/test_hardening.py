@@ -276,3 +276,27 @@ def test_a_sweep_resumes_over_junk_task_files(tmp_path: Path) -> None:
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     assert "4 computed" in result.output
+
+
+def test_long_and_non_utf8_out_names_and_two_merge_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump(make_doc(duration_s=10, **{"workload.requests": 10}))
+    )
+    long_ok = invoke("run", "s.yaml", "--out", "a" * 250)
+    assert long_ok.exit_code == 0, long_ok.output
+    too_long = invoke("run", "s.yaml", "--out", "b" * 300)
+    assert too_long.exit_code == 2 and "at most 255 bytes" in too_long.output
+    bad = os.fsdecode(b"bad\xffname")
+    not_utf8 = invoke("run", "s.yaml", "--out", bad)
+    assert not_utf8.exit_code == 2 and "not a valid UTF-8 path" in not_utf8.output
+    assert sorted(os.listdir(tmp_path)) == ["a" * 250, "s.yaml"]
+    (tmp_path / "m.yaml").write_text("a: &a {x: 1}\nb: &b {y: 2}\nc:\n  <<: *a\n  <<: *b\n")
+    merged = invoke("validate", "m.yaml")
+    assert merged.exit_code == 2 and "c.<<: two merge keys in one mapping" in merged.output

@@ -144,7 +144,7 @@ def write_atomically(target: Path, fill: Callable[[Path], None], force: bool = F
         check_replaceable(target)
     target = target.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=".hicache-sim-staging-", dir=target.parent))
     try:
         fill(staging / "out")
         mark(staging / "out")
