@@ -306,16 +306,18 @@ def sweep_cmd(
         "target": sc.sweep.target if sc.sweep else None,
         **meta(0.0, sc.seed),
     }
+    _check_sweep_out(target, sc.name)
     click.echo(f"{len(tasks)} runs into {target}", err=True)
     try:
-        outcome = run_sweep(
-            tasks,
-            target,
-            executor=executor,
-            workers=workers,
-            scheduler=scheduler,
-            provenance=provenance,
-        )
+        with _only_writer(target):
+            outcome = run_sweep(
+                tasks,
+                target,
+                executor=executor,
+                workers=workers,
+                scheduler=scheduler,
+                provenance=provenance,
+            )
     except KeyboardInterrupt:
         kept = target if target.exists() else staging_dir(target)
         done = len(list((kept / "tasks").glob("*.json"))) if kept.exists() else 0
@@ -336,6 +338,53 @@ def sweep_cmd(
                 f"failed: point {fail['values']} seed {fail['seed']}: {fail['error']}", err=True
             )
         raise SystemExit(1)
+
+
+def _check_sweep_out(target: Path, name: str) -> None:
+    """A sweep extends or resumes only a sweep directory of the same scenario; it never mixes
+    its tables into another scenario's sweep, a run directory or a folder of the user's."""
+    _check_path("--out", target)
+    if target.is_symlink():
+        raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
+    if not target.exists():
+        return
+    meta_path = target / "sweep.json"
+    if not meta_path.is_file():
+        raise ScenarioError(
+            "--out", None, f"{target} exists and is not a sweep directory; choose another --out"
+        )
+    try:
+        other = json.loads(meta_path.read_text()).get("scenario")
+    except (OSError, ValueError, AttributeError):
+        other = None
+    if other != name:
+        raise ScenarioError(
+            "--out",
+            None,
+            f"{target} holds a sweep of scenario {other!r}, not {name!r}; choose another --out",
+        )
+
+
+@contextmanager
+def _only_writer(target: Path) -> Iterator[None]:
+    """Hold a lock beside the sweep directory while writing it: a second sweep into the same
+    `--out` is refused at once instead of duplicating the work and failing at the end."""
+    import fcntl
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = target.parent / f".{target.name}.lock"
+    with lock_path.open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ScenarioError(
+                "--out", None, f"another sweep is writing {target}; wait for it or choose another"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock_path.unlink(missing_ok=True)
 
 
 @cli.command("capacity")

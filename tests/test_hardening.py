@@ -300,3 +300,35 @@ def test_long_and_non_utf8_out_names_and_two_merge_keys(
     (tmp_path / "m.yaml").write_text("a: &a {x: 1}\nb: &b {y: 2}\nc:\n  <<: *a\n  <<: *b\n")
     merged = invoke("validate", "m.yaml")
     assert merged.exit_code == 2 and "c.<<: two merge keys in one mapping" in merged.output
+
+
+def test_a_sweep_never_writes_into_another_scenario_s_directory_or_beside_another_writer(
+    tmp_path: Path,
+) -> None:
+    import fcntl
+
+    import yaml
+
+    def sweep_file(name: str) -> Path:
+        doc = make_doc(name=name, duration_s=10, **{"workload.requests": 10})
+        doc["sweep"] = {"seeds": 2, "grid": {"heal": ["none"]}}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    first, second = sweep_file("first"), sweep_file("second")
+    out = tmp_path / "out"
+    assert invoke("sweep", str(first), "--executor", "serial", "--out", str(out)).exit_code == 0
+    before = sorted(p.name for p in out.iterdir())
+    other = invoke("sweep", str(second), "--executor", "serial", "--out", str(out))
+    assert other.exit_code == 2 and "holds a sweep of scenario 'first'" in other.output
+    assert sorted(p.name for p in out.iterdir()) == before
+    run_dir = tmp_path / "a_run"
+    assert invoke("run", str(first), "--out", str(run_dir)).exit_code == 0
+    into_run = invoke("sweep", str(first), "--executor", "serial", "--out", str(run_dir))
+    assert into_run.exit_code == 2 and "not a sweep directory" in into_run.output
+    with (tmp_path / ".busy.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        busy = invoke("sweep", str(first), "--executor", "serial", "--out", str(tmp_path / "busy"))
+    assert busy.exit_code == 2 and "another sweep is writing" in busy.output
+    assert not (tmp_path / "busy").exists()
