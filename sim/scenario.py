@@ -226,6 +226,10 @@ class SweepSpec(Strict):
     """Optional 'METRIC>=VALUE' drawn as a contour on heatmaps."""
 
 
+MAX_DURATION_S = 1e9
+"""About 32 years of simulated time."""
+
+
 class Scenario(Strict):
     """One fully resolved simulation input."""
 
@@ -234,7 +238,9 @@ class Scenario(Strict):
     ]
     """Names the results folder, so it cannot start with a dot (no '..', no hidden folders)."""
     seed: NonNegInt = 0
-    duration_s: PositiveFloat = 600.0
+    duration_s: Annotated[float, Field(strict=True, gt=0.0, le=MAX_DURATION_S)] = 600.0
+    """Bounded so simulated times stay exact in integer microseconds (export-trace's
+    timestamps) and far inside a float's precision."""
     warmup_s: NonNegFloat = 0.0
     model: ModelSpec
     device: DeviceSpec

@@ -332,3 +332,10 @@ def test_a_sweep_never_writes_into_another_scenario_s_directory_or_beside_anothe
         busy = invoke("sweep", str(first), "--executor", "serial", "--out", str(tmp_path / "busy"))
     assert busy.exit_code == 2 and "another sweep is writing" in busy.output
     assert not (tmp_path / "busy").exists()
+
+
+def test_the_horizon_is_bounded_so_exported_timestamps_stay_exact() -> None:
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(make_doc(duration_s=1e13), "<t>")
+    assert err.value.key == "duration_s"
+    assert build_scenario(make_doc(duration_s=1e9), "<t>").duration_s == 1e9
