@@ -450,12 +450,20 @@ def capacity_cmd(
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
-    if values is not None:
-        answer = search.scan(_quantities("--values", values.split(","), param))
-    else:
-        assert bounds is not None
-        low, high = _quantities("--range", list(bounds), param)
-        answer = search.bisect(low, high, tolerance)
+    try:
+        if values is not None:
+            answer = search.scan(_quantities("--values", values.split(","), param))
+        else:
+            assert bounds is not None
+            low, high = _quantities("--range", list(bounds), param)
+            answer = search.bisect(low, high, tolerance)
+    except KeyboardInterrupt:
+        click.echo(
+            f"interrupted; the finished runs are kept in {target_dir / 'tasks'} and a rerun "
+            f"with --out {target_dir} reuses them",
+            err=True,
+        )
+        sys.exit(130)
     search.save(answer)
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"

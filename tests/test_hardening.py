@@ -339,3 +339,26 @@ def test_the_horizon_is_bounded_so_exported_timestamps_stay_exact() -> None:
         build_scenario(make_doc(duration_s=1e13), "<t>")
     assert err.value.key == "duration_s"
     assert build_scenario(make_doc(duration_s=1e9), "<t>").duration_s == 1e9
+
+
+def test_an_interrupted_capacity_search_says_where_its_runs_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    from sim.capacity import CapacitySearch
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CapacitySearch, "bisect", interrupted)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_doc()))
+    out = tmp_path / "cap"
+    result = invoke(
+        "capacity", str(path), "--param", "storage.pools.swa.capacity_gb",
+        "--target", "l3_loaded_rate>=0.1", "--range", "0.1", "1", "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 130
+    assert "no partial result directory" not in result.output
+    assert f"--out {out}" in result.output and "kept in" in result.output

@@ -322,3 +322,17 @@ def test_aux_keys_property(n: int, window: int, swa: bool, mamba: bool) -> None:
     keys = aux_backup_keys(node, pages, aux(["swa", "mamba"], window))
     assert keys.get("swa") == (tuple(pages[n - min(window, n) :]) if swa else None)
     assert keys.get("mamba") == ((pages[-1],) if mamba else None)
+
+
+def test_a_window_reaching_into_the_parent_survives_a_split_after_the_offer() -> None:
+    """The backup of a node split between its offer and its staging still writes the whole
+    window before its end: the pages before the snapshot, not those of the new upper half."""
+    tree = make_tree(kv=100, swa=100, window=4)
+    tree.insert(list(range(1, 9)), 0.0, computed_from=0)
+    node, _ = tree.insert(list(range(1, 11)), 1.0, computed_from=8)
+    pools = aux(["swa"], 4)
+    snapshot = tuple(node.pages)
+    assert aux_backup_keys(node, snapshot, pools) == {"swa": (7, 8, 9, 10)}
+    tree.insert([*range(1, 10), 99], 2.0, computed_from=9)
+    assert node.start == 9
+    assert aux_backup_keys(node, snapshot, pools) == {"swa": (7, 8, 9, 10)}

@@ -498,3 +498,25 @@ def test_a_split_moves_the_points_above_the_cut_to_the_upper_node() -> None:
     assert points(upper, "swa") == [4] and points(node, "swa") == [8, 10]
     assert held_units(upper, "swa") + held_units(node, "swa") == 6
     assert tree.aux["swa"].used == 8, "the new leaf's window at 6 reaches into the upper node"
+
+
+def test_a_point_added_while_room_is_made_from_its_own_node_holds_its_whole_window() -> None:
+    """Making room for a window can tombstone the node it is added to; the new point then
+    overlaps nothing and must count its whole window (it once kept the shortened gap)."""
+    tree = make_tree(kv=100, swa=8, window=4, swa_checkpoint=4)
+    tree.insert(list(range(1, 9)), 0.0, computed_from=0)
+    tree.insert([*range(1, 7), 50], 1.0, computed_from=6)
+    upper, _ = tree.insert(list(range(1, 7)), 2.0, computed_from=4)
+    assert points(upper, "swa") == [6] and held_units(upper, "swa") == 4
+    nodes = tree.iter_nodes()
+    assert tree.aux["swa"].used == sum(held_units(n, "swa") for n in nodes)
+
+
+def test_a_host_copy_resumes_only_where_the_device_kept_the_end_window() -> None:
+    """A node holding only a checkpoint window below its end has nothing to resume at its end,
+    so its host copy is not resumable there."""
+    tree = make_tree(kv=100, swa=2, host=100, window=4, swa_checkpoint=2)
+    node, _ = tree.insert(list(range(1, 9)), 0.0, computed_from=0, host_copy=True)
+    assert node.end not in points(node, "swa") and not node.host_aux
+    tree.kv.make_room(100)
+    assert not node.on_device and tree.match(list(range(1, 9))).host_pages == 0

@@ -152,18 +152,21 @@ def aux_backup_keys(
             continue
         held = sorted(p for p in points if p > start)
         reach = 0 if not held else pool.tail_len(held[0]) - (held[0] - start)
-        before = _pages_before(node, reach) if reach > 0 else []
+        before = _pages_before(node, start, reach) if reach > 0 else []
         keys[pool.name] = pool.keys_at([*before, *pages], start - len(before), held)
     return keys
 
 
-def _pages_before(node: Node, count: int) -> list[int]:
-    """The last `count` page keys of the chain before `node` (fewer near the root)."""
+def _pages_before(node: Node, start: int, count: int) -> list[int]:
+    """The last `count` page keys of the chain before absolute page `start` (fewer near the
+    root). The node may have been split since its pages were snapshotted, so an ancestor can
+    hold pages at or past `start`; only those before it count."""
     out: list[int] = []
-    parent = node.parent
-    while parent is not None and len(out) < count:
-        out[:0] = parent.pages[-(count - len(out)) :]
-        parent = parent.parent
+    ancestor = node.parent
+    while ancestor is not None and len(out) < count:
+        below = ancestor.pages[: max(0, min(ancestor.end, start) - ancestor.start)]
+        out[:0] = below[len(below) - min(len(below), count - len(out)) :]
+        ancestor = ancestor.parent
     return out
 
 

@@ -321,22 +321,34 @@ class RadixTree:
         held = node.resident_aux.get(name, {})
         if held is None or point in held:
             return 0
-        units = 1
-        if name in self.window:
-            units = min(self.window[name], point)
-            for gap in range(1, units):
-                if point - gap in held:
-                    units = gap
-                    break
         resource = self.aux[name]
-        if not resource.make_room(units):
-            return 0
+        units = self._point_units(name, held, point)
+        while True:
+            if not resource.make_room(units):
+                return 0
+            # Making room may have tombstoned this very node: its points are gone and the
+            # window no longer overlaps one of them.
+            again = self._point_units(name, node.resident_aux.get(name) or {}, point)
+            if again <= units:
+                break
+            units = again
         points = node.resident_aux.get(name)
         if points is None:
             points = node.resident_aux[name] = {}
         points[point] = units
         resource.used += units
         return units - self._shrink_next(points, name, point)
+
+    def _point_units(self, name: str, held: Points, point: int) -> int:
+        """Device units a new point holds: a state slot, or the window's pages not already held
+        by a nearer point below it in the node."""
+        if name not in self.window:
+            return 1
+        units = min(self.window[name], point)
+        for gap in range(1, units):
+            if point - gap in held:
+                return gap
+        return units
 
     def _shrink_next(self, points: Points, name: str, point: int) -> int:
         """A window added below a held one overlaps it: the upper point now counts only the
@@ -412,8 +424,20 @@ class RadixTree:
         if not self.host.make_room(len(node.pages)):
             return False
         node.on_host = True
-        node.host_aux = with_aux and self.aux.keys() <= node.resident_aux.keys()
+        node.host_aux = with_aux and self._holds_end(node)
         self.host.used += len(node.pages)
+        return True
+
+    def _holds_end(self, node: Node) -> bool:
+        """Does the node hold what resuming at its end needs, for every aux pool? (A host copy
+        is resumed at the node's end.)"""
+        held = node.resident_aux
+        for name in self.aux:
+            if name not in held:
+                return False
+            points = held[name]
+            if points is not None and node.end not in points:
+                return False
         return True
 
     # ---------------------------------------------------------------- capacity
