@@ -572,12 +572,8 @@ def _field_model(model: Any, part: str, node: Any) -> Any:
             return candidate
         if get_args(candidate) and getattr(candidate, "__origin__", None) is dict:
             return candidate
-    if part == "workload" and isinstance(node, dict):
-        kind = (
-            (node.get("workload") or {}).get("kind")
-            if isinstance(node.get("workload"), dict)
-            else None
-        )
+    if part == "workload":
+        kind = _mapping(_mapping(node).get("workload")).get("kind")
         return WORKLOAD_KINDS.get(kind) if isinstance(kind, str) else None
     return None
 
