@@ -1,6 +1,7 @@
 """Interrupting sweeps: Ctrl-C and SIGTERM stop a process-pool sweep at once and keep what
 finished, a second Ctrl-C does not hang, a killed worker is a failed run rather than an
-interrupt, and workers do not outlive a killed sweep.
+interrupt, workers do not outlive a killed sweep, and a write killed midway leaves no staging
+directory behind for good.
 
 Every test drives a real `hicache-sim sweep` subprocess with signals and polls with generous
 deadlines: a 2-core machine running the rest of the suite must not make them flaky.
@@ -14,6 +15,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.outputs.results import STAGING_OWNER, STAGING_PREFIX, write_atomically
 from tests.test_sweep import GRID, sweep_doc, sweep_meta, write_yaml
 
 pytestmark = pytest.mark.skipif(
@@ -280,3 +283,63 @@ def test_the_workers_exit_when_the_sweep_is_killed(
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=DEADLINE_S)
     assert wait_gone(workers) == [], "orphaned workers kept running (they used to, for good)"
+
+
+# --- staging directories -------------------------------------------------------------------------
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from sim.outputs.results import write_atomically
+
+def fill(directory):
+    directory.mkdir()
+    (directory / "half.txt").write_text("half written")
+    time.sleep(600)
+
+write_atomically(Path(sys.argv[1]), fill)
+"""
+
+
+def start_writer(target: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(target)])
+
+
+def staging_of(proc: subprocess.Popen[bytes], parent: Path) -> Path:
+    """The staging directory the writer made, once its half-written file is in it."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        for path in parent.glob(f"{STAGING_PREFIX}*"):
+            owner = (path / STAGING_OWNER).read_text().split()
+            if int(owner[1]) == proc.pid and (path / "out" / "half.txt").exists():
+                return path
+        assert proc.poll() is None and time.monotonic() < deadline, "no staging appeared"
+        time.sleep(0.02)
+
+
+def test_a_write_removes_staging_left_by_a_killed_writer_but_not_a_live_one(
+    tmp_path: Path, cleanup: Callable[..., None]
+):
+    parent = tmp_path / "results"
+    killed = start_writer(parent / "a")
+    live = start_writer(parent / "b")
+    cleanup(killed.pid, live.pid)
+    stale = staging_of(killed, parent)
+    busy = staging_of(live, parent)
+    killed.kill()
+    killed.wait(timeout=DEADLINE_S)
+    assert stale.is_dir(), "a SIGKILL leaves the staging directory"
+    foreign = parent / f"{STAGING_PREFIX}foreign"
+    foreign.mkdir()
+    (foreign / STAGING_OWNER).write_text(f"not-{socket.gethostname()} {killed.pid}\n")
+    unowned = parent / f"{STAGING_PREFIX}unowned"
+    unowned.mkdir()
+
+    written = write_atomically(parent / "c", lambda d: d.mkdir())
+
+    assert written.is_dir()
+    assert not stale.exists(), "the dead writer's staging is removed by the next write"
+    assert (busy / "out" / "half.txt").exists(), "a live writer's staging is left alone"
+    assert foreign.is_dir() and unowned.is_dir(), "another host's, or one of unknown owner"
+    live.kill()
+    live.wait(timeout=DEADLINE_S)
