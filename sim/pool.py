@@ -58,7 +58,7 @@ def _announced(fn: Callable[[Any], Any], job: int, arg: Any) -> Any:
 class _Pool:
     """One ProcessPoolExecutor over some jobs, knowing which jobs have started."""
 
-    def __init__(self, fn: Callable[[Any], Any], jobs: dict[int, Any], workers: int) -> None:
+    def __init__(self, workers: int) -> None:
         context = multiprocessing.get_context()
         self.started_queue = context.SimpleQueue()
         self.executor = ProcessPoolExecutor(
@@ -67,12 +67,16 @@ class _Pool:
             initializer=_init_worker,
             initargs=(os.getpid(), self.started_queue),
         )
-        self.futures: dict[Future[Any], int] = {
-            self.executor.submit(_announced, fn, job, arg): job for job, arg in jobs.items()
-        }
+        self.futures: dict[Future[Any], int] = {}
         self.started: set[int] = set()
         self.broken: set[int] = set()
         self.yielded: set[int] = set()
+
+    def submit(self, fn: Callable[[Any], Any], jobs: dict[int, Any]) -> None:
+        """Queue the jobs; the workers start with the first, so this runs where an interrupt
+        already ends them."""
+        for job, arg in jobs.items():
+            self.futures[self.executor.submit(_announced, fn, job, arg)] = job
 
     def results(self) -> Iterator[tuple[int, Any]]:
         for future in as_completed(self.futures):
@@ -125,8 +129,9 @@ def run_all(
     pending = dict(enumerate(args))
     fruitless = 0
     while pending:
-        pool = _Pool(fn, pending, workers)
+        pool = _Pool(workers)
         try:
+            pool.submit(fn, pending)
             yield from pool.results()
         except KeyboardInterrupt:
             pool.stop()
