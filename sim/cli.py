@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 import traceback
@@ -295,7 +296,7 @@ def sweep_cmd(
     """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
     from sim.outputs.plot import plot_sweep
     from sim.outputs.results import default_out, meta
-    from sim.sweep import plan, run_sweep, staging_dir
+    from sim.sweep import finished_runs, plan, run_sweep, staging_dir
 
     sc = _load(scenario, overrides, scan_trace=False)
     tasks = plan(sc, scenario, seeds)
@@ -320,10 +321,10 @@ def sweep_cmd(
             )
     except KeyboardInterrupt:
         kept = target if target.exists() else staging_dir(target)
-        done = len(list((kept / "tasks").glob("*.json"))) if kept.exists() else 0
+        resume = _resume_command(scenario, target, seeds, overrides)
         click.echo(
-            f"interrupted after {done} of {len(tasks)} runs (kept in {kept}); "
-            f"finish with: hicache-sim sweep {scenario} --out {target}",
+            f"interrupted after {finished_runs(kept / 'tasks', tasks)} of {len(tasks)} runs "
+            f"(kept in {kept}); finish with: {resume}",
             err=True,
         )
         sys.exit(130)
@@ -338,6 +339,19 @@ def sweep_cmd(
                 f"failed: point {fail['values']} seed {fail['seed']}: {fail['error']}", err=True
             )
         raise SystemExit(1)
+
+
+def _resume_command(
+    scenario: str, target: Path, seeds: int | None, overrides: tuple[str, ...]
+) -> str:
+    """The sweep command that plans the same runs into the same directory (the --set values
+    and --seeds decide the runs' keys, so a resume without them would start afresh)."""
+    args = ["hicache-sim", "sweep", scenario]
+    if seeds is not None:
+        args += ["--seeds", str(seeds)]
+    for item in overrides:
+        args += ["--set", item]
+    return shlex.join([*args, "--out", str(target)])
 
 
 def _check_sweep_out(target: Path, name: str) -> None:
@@ -435,6 +449,7 @@ def capacity_cmd(
     from sim.capacity import CapacitySearch
     from sim.outputs.plot import plot_capacity
     from sim.outputs.results import default_out
+    from sim.sweep import finished_runs
     from sim.units import with_unit
 
     sc = _load(scenario, overrides)
@@ -458,9 +473,10 @@ def capacity_cmd(
             low, high = _quantities("--range", list(bounds), param)
             answer = search.bisect(low, high, tolerance)
     except KeyboardInterrupt:
+        finished = finished_runs(target_dir / "tasks")
         click.echo(
-            f"interrupted; the finished runs are kept in {target_dir / 'tasks'} and a rerun "
-            f"with --out {target_dir} reuses them",
+            f"interrupted after {finished} finished runs; they are kept in "
+            f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
             err=True,
         )
         sys.exit(130)

@@ -19,8 +19,8 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Generator, Iterable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import pandas as pd
 from scipy import stats
 from tqdm import tqdm
 
+from sim.pool import run_all
 from sim.runner import run
 from sim.scenario import (
     Scenario,
@@ -123,19 +124,29 @@ def execute(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+WORKER_DIED = (
+    "BrokenProcessPool: the worker process running this run died (killed by a signal, or out "
+    "of memory); a rerun retries it"
+)
+
+
+def worker_died() -> dict[str, Any]:
+    """The failure record of a run whose worker was killed under it: one lost run, not a
+    reason to abandon the sweep (it is retried like any failure)."""
+    return {"summary": None, "loop_lengths": [], "error": WORKER_DIED, "traceback": None}
+
+
 def _dispatch(
     tasks: list[Task], executor: str, workers: int, scheduler: str | None
-) -> Iterator[tuple[Task, dict[str, Any]]]:
+) -> Generator[tuple[Task, dict[str, Any]], None, None]:
     if not tasks:
         return
     if executor == "serial":
         for task in tasks:
             yield task, execute(task.doc)
     elif executor == "process":
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(execute, task.doc): task for task in tasks}
-            for future in as_completed(futures):
-                yield futures[future], future.result()
+        for index, record in run_all(execute, [task.doc for task in tasks], workers):
+            yield tasks[index], record if record is not None else worker_died()
     elif executor == "dask":
         yield from _dispatch_dask(tasks, workers, scheduler)
     else:
@@ -144,7 +155,7 @@ def _dispatch(
 
 def _dispatch_dask(
     tasks: list[Task], workers: int, scheduler: str | None
-) -> Iterator[tuple[Task, dict[str, Any]]]:
+) -> Generator[tuple[Task, dict[str, Any]], None, None]:
     from distributed import Client, LocalCluster
     from distributed import as_completed as dask_completed
 
@@ -204,8 +215,8 @@ def compute(
         file=sys.stderr,
         disable=None if progress else True,  # None: only when stderr is a terminal
     )
-    with bar:
-        for task, record in _dispatch(todo, executor, workers, scheduler):
+    with bar, closing(_dispatch(todo, executor, workers, scheduler)) as results:
+        for task, record in results:
             record.update(
                 point=task.point,
                 values=dict(task.values),
@@ -270,6 +281,14 @@ def run_sweep(
     if work != out:
         os.replace(work, out)
     return SweepOutcome(runs, points, computed, len(tasks) - computed, failed)
+
+
+def finished_runs(task_dir: Path, tasks: list[Task] | None = None) -> int:
+    """How many finished runs (of `tasks`, or of any) are saved in `task_dir`: what a resume
+    reuses."""
+    if tasks is None:
+        return sum(_finished(path) for path in task_dir.glob("*.json"))
+    return sum(_finished(task_dir / f"{t.key}.json") for t in tasks)
 
 
 def staging_dir(out: Path) -> Path:

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Callable
@@ -137,6 +138,40 @@ def check_replaceable(target: Path) -> None:
         )
 
 
+STAGING_PREFIX = ".hicache-sim-staging-"
+STAGING_OWNER = "owner"
+"""In a staging directory: the host and pid of the process writing it, so that a later write
+can tell a directory left by a killed process from one that is still being written."""
+
+
+def remove_stale_staging(parent: Path) -> list[Path]:
+    """Remove the staging directories in `parent` whose writer is gone (killed before it could
+    clean up); one of a live process, of another host, or without an owner is left alone."""
+    removed = []
+    for path in parent.glob(f"{STAGING_PREFIX}*"):
+        if path.is_dir() and not path.is_symlink() and _owner_gone(path / STAGING_OWNER):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _owner_gone(owner: Path) -> bool:
+    try:
+        host, pid_text = owner.read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return False
+    if host != socket.gethostname() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def write_atomically(target: Path, fill: Callable[[Path], None], force: bool = False) -> Path:
     """Build the directory beside `target` and rename it into place only once it is complete;
     with `force`, an existing result directory of this tool is replaced (nothing else)."""
@@ -144,7 +179,9 @@ def write_atomically(target: Path, fill: Callable[[Path], None], force: bool = F
         check_replaceable(target)
     target = target.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".hicache-sim-staging-", dir=target.parent))
+    remove_stale_staging(target.parent)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent))
+    (staging / STAGING_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
     try:
         fill(staging / "out")
         mark(staging / "out")
