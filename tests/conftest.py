@@ -107,3 +107,16 @@ RUN_FILES = {
     "timeseries.parquet",
 }
 """What a run directory holds (docs/metrics.md, "Tables")."""
+
+
+@pytest.fixture(scope="session")
+def traced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small run directory with its storage trace, for the readers of result directories
+    (copy it before damaging it)."""
+    import yaml
+
+    base = tmp_path_factory.mktemp("traced-run")
+    path = base / "s.yaml"
+    path.write_text(yaml.safe_dump(make_doc(duration_s=20, **{"workload.requests": 20})))
+    assert invoke("run", str(path), "--out", str(base / "run"), "--storage-trace").exit_code == 0
+    return base / "run"

@@ -10,22 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import invoke, make_doc
+from tests.conftest import RUN_FILES, invoke
 
-FILES = (
-    "summary.json",
-    "config.resolved.yaml",
-    "meta.json",
-    "requests.parquet",
-    "prefetches.parquet",
-    "writes.parquet",
-    "timeseries.parquet",
-    "storage_trace.parquet",
-)
+FILES = sorted(RUN_FILES - {".hicache-sim"} | {"storage_trace.parquet"})
 CONTENTS = st.one_of(
     st.binary(max_size=64),
     st.sampled_from(
@@ -44,15 +34,6 @@ CONTENTS = st.one_of(
 ACTIONS = st.sampled_from(["write", "delete", "dir"])
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("fuzz-dirs")
-    path = base / "s.yaml"
-    path.write_text(yaml.safe_dump(make_doc(duration_s=20, **{"workload.requests": 20})))
-    assert invoke("run", str(path), "--out", str(base / "run"), "--storage-trace").exit_code == 0
-    return base / "run"
-
-
 @settings(
     max_examples=40,
     deadline=None,
@@ -63,11 +44,11 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     damage=st.lists(st.tuples(st.sampled_from(FILES), ACTIONS, CONTENTS), min_size=1, max_size=3)
 )
 def test_a_damaged_run_directory_gets_exit_0_or_2(
-    pristine: Path, tmp_path_factory: pytest.TempPathFactory, damage: list[tuple[str, str, bytes]]
+    traced_run: Path, tmp_path_factory: pytest.TempPathFactory, damage: list[tuple[str, str, bytes]]
 ) -> None:
     work = tmp_path_factory.mktemp("case")
     crafted = work / "run"
-    shutil.copytree(pristine, crafted)
+    shutil.copytree(traced_run, crafted)
     for name, action, content in damage:
         target = crafted / name
         if target.is_dir():

@@ -218,17 +218,6 @@ def test_a_sweep_too_large_to_plan_is_refused_at_once(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-@pytest.fixture(scope="module")
-def a_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import yaml
-
-    base = tmp_path_factory.mktemp("crafted")
-    path = base / "s.yaml"
-    path.write_text(yaml.safe_dump(make_doc(duration_s=20, **{"workload.requests": 20})))
-    assert invoke("run", str(path), "--out", str(base / "run"), "--storage-trace").exit_code == 0
-    return base / "run"
-
-
 @pytest.mark.parametrize(
     ("name", "content"),
     [
@@ -240,12 +229,12 @@ def a_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ids=["junk-timeseries", "junk-storage-trace", "config-as-list", "python-tag"],
 )
 def test_crafted_run_directories_are_bad_input_for_every_reader(
-    a_run: Path, tmp_path: Path, name: str, content: bytes
+    traced_run: Path, tmp_path: Path, name: str, content: bytes
 ) -> None:
     import shutil
 
     crafted = tmp_path / "run"
-    shutil.copytree(a_run, crafted)
+    shutil.copytree(traced_run, crafted)
     (crafted / name).write_bytes(content)
     codes = []
     for args in (
