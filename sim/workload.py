@@ -391,7 +391,8 @@ def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> Tr
         raise ScenarioError(
             source,
             f"{where}: input_length",
-            f"a request of {inp + out:,} tokens is over the {MAX_REQUEST_TOKENS:,} one may hold",
+            f"input_length + output_length is over the {MAX_REQUEST_TOKENS:,} tokens a request "
+            "may hold",
         )
     if not isinstance(ids, list) or not {int}.issuperset(map(type, ids)) or min(ids, default=0) < 0:
         raise ScenarioError(source, f"{where}: hash_ids", "must be a list of integers >= 0")

@@ -351,3 +351,15 @@ def test_an_interrupted_capacity_search_says_where_its_runs_are_kept(
     assert result.exit_code == 130
     assert "no partial result directory" not in result.output
     assert f"--out {out}" in result.output and "kept in" in result.output
+
+
+def test_a_trace_length_of_thousands_of_digits_is_bad_input(tmp_path: Path) -> None:
+    """Found by the trace fuzzer: the bound's message once formatted the huge number, which
+    Python refuses past 4,300 digits (exit 1)."""
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        f'{{"timestamp": 0, "input_length": {"9" * 4200}, "output_length": 1, "hash_ids": [0]}}\n'
+    )
+    with pytest.raises(ScenarioError) as err:
+        _trace_scenario(tmp_path, path).workload.scan()
+    assert "input_length" in str(err.value)
