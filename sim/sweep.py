@@ -30,6 +30,7 @@ import pandas as pd
 from scipy import stats
 from tqdm import tqdm
 
+from sim.outputs.files import replace_file
 from sim.pool import run_all
 from sim.runner import run
 from sim.scenario import (
@@ -179,9 +180,7 @@ def _dispatch_dask(
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    replace_file(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1, default=str)))
 
 
 @dataclass
@@ -264,9 +263,7 @@ def run_sweep(
         if r["error"]
     ]
     _replace_parquet(runs, work / "runs.parquet")
-    tmp = work / ".points.csv.tmp"
-    points.to_csv(tmp, index=False)
-    os.replace(tmp, work / "points.csv")
+    replace_file(work / "points.csv", lambda tmp: points.to_csv(tmp, index=False))
     meta = {"grid": grid_of(tasks), **(provenance or {})}
     meta.update(
         tasks=len(tasks),
@@ -385,10 +382,11 @@ def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]
 
 
 def _replace_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        frame.to_parquet(tmp, index=False)
-    except (TypeError, ValueError, ImportError):
-        mixed = [c for c in frame.columns if frame[c].dtype == object]
-        frame.astype({c: str for c in mixed}).to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    def write(tmp: Path) -> None:
+        try:
+            frame.to_parquet(tmp, index=False)
+        except (TypeError, ValueError, ImportError):
+            mixed = [c for c in frame.columns if frame[c].dtype == object]
+            frame.astype({c: str for c in mixed}).to_parquet(tmp, index=False)
+
+    replace_file(path, write)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from sim.sizes import BYTE_UNITS, GB
+
 UNIT_SUFFIXES = (
     ("_gbps", "GB/s"),
     ("_gb", "GB"),
@@ -28,14 +30,10 @@ UNIT_SUFFIXES = (
 """Key-name endings and the unit they mean, most specific first (`_gbps` before `_s`)."""
 
 GB_PER_UNIT = {
-    "GB": 1.0,
-    "MB": 1e-3,
-    "TB": 1e3,
-    "GiB": 2**30 / 1e9,
-    "MiB": 2**20 / 1e9,
-    "TiB": 2**40 / 1e9,
+    name: BYTE_UNITS[name.lower()] / GB for name in ("GB", "MB", "TB", "GiB", "MiB", "TiB")
 }
-"""Size suffixes a `_gb` key accepts, in GB (1e9 bytes) each."""
+"""Size suffixes a `_gb` key accepts, in GB (1e9 bytes) each: the byte units scenario files
+take, so the two can never disagree."""
 
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _QUANTITY = re.compile(rf"\s*({_NUMBER.pattern})\s*([A-Za-z]+)?\s*")

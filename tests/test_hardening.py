@@ -127,6 +127,7 @@ def test_plot_and_export_trace_replace_a_planted_symlink_instead_of_writing_thro
     assert victim.read_text() == "mine"
     for name in ("timeseries.png", "kv.csv"):
         assert not (run_dir / name).is_symlink() and (run_dir / name).stat().st_size > 0
+        assert (run_dir / name).stat().st_mode & 0o777 == 0o644, "readable as a plain write"
 
 
 def test_one_seed_gives_no_interval_and_a_grid_cannot_sweep_the_seed() -> None:

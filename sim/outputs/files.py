@@ -8,18 +8,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def replace_file(path: Path, write: Callable[[Path], None]) -> Path:
+def replace_file(path: Path, write: Callable[[Path], object]) -> Path:
     """Write into a temporary file beside `path`, then rename it over `path`.
 
-    A rename replaces whatever entry is at `path`, a symbolic link included, instead of
+    The temporary file ends in `.tmp`, so nothing that lists the folder's `*.json` or `*.png`
+    mistakes it for a finished file (a writer names its format instead of relying on the
+    suffix). A rename replaces whatever entry is at `path`, a symbolic link included, instead of
     following it: a link planted in a result directory (`timeseries.png -> ~/notes`) is
-    replaced by the plot, and its target is left alone. A reader never sees half a file.
+    replaced by the plot, and its target is left alone. A reader never sees half a file. The
+    file is made readable by all (0644), as a plain write would be, not mkstemp's 0600.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

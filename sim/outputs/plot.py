@@ -9,6 +9,7 @@ report renders the same figures in memory without writing into the result direct
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -226,10 +227,10 @@ def plot_directory(directory: Path) -> list[Path]:
 
 
 def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
-    paths = [directory / f"{stem}.png", directory / f"{stem}.svg"]
-    for path in paths:
-        replace_file(path, lambda tmp: fig.savefig(tmp, dpi=110))
-    return paths
+    return [
+        replace_file(directory / f"{stem}.{kind}", partial(fig.savefig, dpi=110, format=kind))
+        for kind in ("png", "svg")
+    ]
 
 
 def _short(value: float) -> str:

@@ -15,9 +15,7 @@ import base64
 import html
 import io
 import json
-import os
 import shlex
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
+from sim.outputs.files import replace_file
 from sim.outputs.findings import (
     capacity_findings,
     compare_findings,
@@ -123,16 +122,7 @@ def write_report(directory: Path, out: Path | None = None) -> Path:
     page = build_report(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     _refuse_target(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(page)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return replace_file(target, lambda tmp: tmp.write_text(page, encoding="utf-8"))
 
 
 def _refuse_target(target: Path) -> None:
