@@ -430,7 +430,7 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     problems: list[tuple[str | None, str]] = [
         (e.key, e.message) for e in normalize_sizes(doc, model)
     ]
-    _list_every_storage_pool(doc, model)
+    _list_every_storage_pool(doc)
     sized = {key for key, _ in problems}
     try:
         return scenario_model().model_validate(doc)
@@ -456,19 +456,14 @@ def _expanded_model(model: Any) -> Any:
         return model
 
 
-def _list_every_storage_pool(doc: dict[str, Any], model: Any) -> None:
+def _list_every_storage_pool(doc: dict[str, Any]) -> None:
     """A pool the model has but `storage.pools` leaves out is stored with the defaults
     (unbounded, fault-free); writing it into the document puts it in the resolved
     configuration, so a capacity answer never rests on a pool nobody can see."""
+    missing = defaulted_storage_pools(doc)
     storage = doc.setdefault("storage", {})
-    if not isinstance(model, dict) or not isinstance(storage, dict):
-        return
-    pools = storage.setdefault("pools", {})
-    if not isinstance(pools, dict):
-        return
-    for name in POOL_KINDS:
-        if isinstance(model.get(name), dict) and name not in pools:
-            pools[name] = {}
+    if missing and isinstance(storage, dict) and isinstance(storage.setdefault("pools", {}), dict):
+        storage["pools"].update({name: {} for name in missing})
 
 
 def defaulted_storage_pools(raw: dict[str, Any]) -> list[str]:
