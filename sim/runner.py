@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from sim.engine.simulation import Simulation
 from sim.model.loops import Loop
-from sim.outputs.metrics import summarize
+from sim.outputs.metrics import cluster_summary, summarize
 from sim.scenario import Scenario
 from sim.workload import Workload
 
@@ -28,7 +28,7 @@ class RunResult:
     loops: list[Loop]
 
 
-STORAGE_TRACE_COLUMNS = ("t_s", "pool", "op", "key", "size_bytes", "hit")
+STORAGE_TRACE_COLUMNS = ("instance", "t_s", "pool", "op", "key", "size_bytes", "hit")
 
 
 def run(
@@ -54,30 +54,99 @@ def run(
             f"of {scenario.duration_s:g} s"
         ) from None
     wall_s = time.perf_counter() - started
-    tables = sim.records.tables()
+    tables = _cluster_tables(sim)
     if storage_trace:
         tables["storage_trace"] = _storage_trace(sim)
-    loops = sim.model.loops.all_loops()
+    loops = _cluster_loops(sim)
+    servers = sim.servers
+    aux_pools = [pool.kind for pool in sim.storage.aux]
+    page_size = scenario.model.page_size
     summary = summarize(
         tables,
         loops,
-        aux_pools=[pool.kind for pool in sim.storage.aux],
-        page_size=scenario.model.page_size,
+        aux_pools=aux_pools,
+        page_size=page_size,
         warmup_s=scenario.warmup_s,
         events=sim.env.events,
         wall_s=wall_s,
-        counters={"hit_query_dropped_beliefs": sim.prefetcher.hit_query_dropped_beliefs},
+        counters={"hit_query_dropped_beliefs": sum(s.hit_query_dropped_beliefs for s in servers)},
     )
     summary.update(sim.storage.counters())
-    summary.update(sim.tree.counters())
+    summary.update(_summed(server.tree.counters() for server in servers))
+    tables["instances"] = _instance_summaries(sim, tables, aux_pools, page_size)
+    summary.update(cluster_summary(tables["instances"]))
     return RunResult(scenario, summary, tables, loops)
+
+
+def _cluster_tables(sim: Simulation) -> dict[str, pd.DataFrame]:
+    """Every server's tables stacked, with the server's `instance` first: requests by id,
+    the event tables in time order (stable, so one server's rows keep their order)."""
+    per_server = [server.records.tables() for server in sim.servers]
+    tables: dict[str, pd.DataFrame] = {}
+    for name, time_column in TABLE_TIMES.items():
+        frames = [t[name] for t in per_server]
+        for instance, frame in enumerate(frames):
+            frame.insert(0, "instance", instance)
+        table = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        if len(frames) > 1:
+            table = table.sort_values(time_column, kind="stable").reset_index(drop=True)
+        tables[name] = table
+    return tables
+
+
+TABLE_TIMES = {
+    "requests": "rid",
+    "prefetches": "resolved_s",
+    "writes": "t_s",
+    "timeseries": "t_s",
+}
+"""Each record table and the column a cluster's stacked table is ordered by."""
+
+
+def _cluster_loops(sim: Simulation) -> list[Loop]:
+    loops = [loop for server in sim.servers for loop in server.model.loops.all_loops()]
+    return sorted(loops, key=lambda lp: lp.first_discard_s)
+
+
+def _summed(counters: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counters:
+        for key, value in one.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def _instance_summaries(
+    sim: Simulation, tables: dict[str, pd.DataFrame], aux_pools: list[Any], page_size: int
+) -> pd.DataFrame:
+    """One summary row per server: the summary keys computed on its own rows and loops (the
+    storage counters, which belong to the shared backend, and the run's cost are left out)."""
+    rows = []
+    for server in sim.servers:
+        own = {name: t[t["instance"] == server.instance] for name, t in tables.items()}
+        loops = server.model.loops.all_loops()
+        row = summarize(
+            own,
+            loops,
+            aux_pools=aux_pools,
+            page_size=page_size,
+            warmup_s=sim.warmup_s,
+            events=0,
+            wall_s=0.0,
+            counters={"hit_query_dropped_beliefs": server.hit_query_dropped_beliefs},
+        )
+        row.update(server.tree.counters())
+        for key in ("events", "wall_s"):
+            del row[key]
+        rows.append({"instance": server.instance, **row})
+    return pd.DataFrame(rows)
 
 
 def _storage_trace(sim: Simulation) -> pd.DataFrame:
     """All pools' access logs merged in time order (stable: pool order breaks ties)."""
     frames = [
         pd.DataFrame.from_records(
-            pool.access_log or [], columns=["t_s", "op", "key", "hit"]
+            pool.access_log or [], columns=["t_s", "op", "key", "hit", "instance"]
         ).assign(pool=name, size_bytes=pool.object_bytes)
         for name, pool in sim.storage.pools.items()
     ]

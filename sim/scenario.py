@@ -38,6 +38,7 @@ from sim.model.prefetch import PREFETCH_POLICIES
 from sim.model.presets import MODEL_PRESETS
 from sim.model.storage import HIT_QUERIES
 from sim.registry import Registry
+from sim.routing import ROUTERS
 from sim.sizes import expected, normalize_sizes, size_keys
 from sim.spec import (
     KeyedError,
@@ -217,6 +218,48 @@ class ComputeSpec(Strict):
     node end with its aux state kept; null: one pass."""
 
 
+class RouterSpec(Strict):
+    """`cluster.router:` — the policy that picks a server for each request, and its knobs
+    (SGLang model gateway's `--policy` and its flags; each policy reads only its own)."""
+
+    policy: str = "cache_aware"
+    """One of `sim.routing.ROUTERS`; the gateway's default is cache_aware."""
+    cache_threshold: Probability = 0.3
+    """cache_aware: the prefix match ratio above which the best-matching server is chosen."""
+    balance_abs_threshold: NonNegInt = 64
+    """cache_aware: in-flight requests by which the busiest server must lead the idlest..."""
+    balance_rel_threshold: Annotated[float, Field(strict=True, ge=1.0)] = 1.5
+    """...and the factor by which it must lead it, for the load to count as imbalanced."""
+    cache_aware_miss: Literal["min_load", "smallest_tree"] = "min_load"
+    """cache_aware below the threshold: the least loaded server (SGLang since PR #14650) or the
+    server with the smallest tree (before)."""
+    eviction_interval_s: PositiveFloat = 60.0
+    """cache_aware: how often the router trims its per-server prefix trees."""
+    max_tree_tokens: PositiveInt = 2**24
+    """cache_aware: what each server's tree is trimmed to, least recently routed first (the
+    gateway's 2^26-character budget at about four characters a token)."""
+    prefix_tokens: PositiveInt = 256
+    """prefix_hash: how many leading tokens are hashed to pick a server."""
+    prefix_hash_load_factor: Annotated[float, Field(strict=True, ge=1.0)] = 1.25
+    """prefix_hash: a server above this multiple of the mean load is passed over."""
+    load_poll_interval_s: PositiveFloat = 30.0
+    """power_of_two: how often the gateway polls each server's load (tokens in flight)."""
+
+
+class ClusterSpec(Strict):
+    """`cluster:` — N servers, each configured as this scenario's server, behind one router
+    and sharing the storage backend (its pools, capacity, faults and aggregate bandwidth)."""
+
+    instances: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
+    router: RouterSpec = Field(default_factory=RouterSpec)
+    link_gbps: PositiveFloat | None = None
+    """Each server's own link to the backend (each direction); null: only the backend's
+    aggregate `storage.read_gbps` / `storage.write_gbps` limit a server."""
+    scale_arrivals: bool = False
+    """Divide the workload's arrival times by `instances`, so each server sees the load one
+    server sees without this (follow-up turns keep their think times)."""
+
+
 class SweepSpec(Strict):
     seeds: PositiveInt = 1
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
@@ -252,6 +295,7 @@ class Scenario(Strict):
     """One of `sim.heal.RULES`."""
     compute: ComputeSpec = Field(default_factory=ComputeSpec)
     workload: WorkloadSpec
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     sweep: SweepSpec | None = None
 
     @model_validator(mode="after")
@@ -364,7 +408,15 @@ def scenario_model() -> type[Scenario]:
     which is what the rest of the code is typed against; this subclass tightens them, and is
     rebuilt when a registry changes.
     """
-    registries = (POOL_KINDS, RULES, HIT_QUERIES, PREFETCH_POLICIES, WORKLOAD_KINDS, MODEL_PRESETS)
+    registries = (
+        POOL_KINDS,
+        RULES,
+        HIT_QUERIES,
+        PREFETCH_POLICIES,
+        WORKLOAD_KINDS,
+        MODEL_PRESETS,
+        ROUTERS,
+    )
     return _schema(*(r.version for r in registries))
 
 
@@ -395,6 +447,18 @@ def _schema(*versions: int) -> type[Scenario]:
         __base__=PrefetchSpec,
         policy=(_one_of(PREFETCH_POLICIES), _default(PrefetchSpec, "policy")),
     )
+    router = create_model(
+        "RouterSpec",
+        __base__=RouterSpec,
+        __doc__=RouterSpec.__doc__,
+        policy=(_one_of(ROUTERS), _default(RouterSpec, "policy")),
+    )
+    cluster = create_model(
+        "ClusterSpec",
+        __base__=ClusterSpec,
+        __doc__=ClusterSpec.__doc__,
+        router=(router, Field(default_factory=router)),
+    )
     for name, spec in WORKLOAD_KINDS.items():
         if get_args(spec.model_fields["kind"].annotation) != (name,):
             raise ValueError(f"workload kind {name!r}: its spec's `kind` must be Literal[{name!r}]")
@@ -414,6 +478,7 @@ def _schema(*versions: int) -> type[Scenario]:
             prefetch=(prefetch, Field(default_factory=prefetch)),
             heal=(_one_of(RULES), _default(Scenario, "heal")),
             workload=(workload, ...),
+            cluster=(cluster, Field(default_factory=cluster)),
         ),
     )
 

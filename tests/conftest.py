@@ -105,6 +105,7 @@ RUN_FILES = {
     "prefetches.parquet",
     "writes.parquet",
     "timeseries.parquet",
+    "instances.parquet",
 }
 """What a run directory holds (docs/metrics.md, "Tables")."""
 

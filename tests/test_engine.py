@@ -71,7 +71,8 @@ def test_capacities_hold_and_every_request_ends_in_one_outcome() -> None:
         }
     )
     sim = Simulation(scenario).start()
-    tree, host, env = sim.tree, sim.host, sim.env
+    (server,) = sim.servers
+    tree, host, env = server.tree, server.host, sim.env
     steps = 0
     while env.peek() <= scenario.duration_s:
         env.step()
@@ -80,12 +81,12 @@ def test_capacities_hold_and_every_request_ends_in_one_outcome() -> None:
             assert resource.used >= 0 and resource.used + resource.reserved <= resource.capacity
         assert set(tree.aux) == {"swa", "mamba"}
         assert 0 <= host.used_pages <= host.capacity_pages
-        assert len(sim.model.existence) <= scenario.existence_cache.entries
+        assert len(server.model.existence) <= scenario.existence_cache.entries
         for pool in sim.storage.pools.values():
             assert pool.capacity_objects is None or len(pool) <= pool.capacity_objects
     sim.finish()
     assert steps > 1000
-    requests = sim.records.requests.drain()
+    requests = server.records.requests.drain()
     assert requests["rid"].is_unique
     assert set(requests["outcome"]) <= {"finished", "unfinished", "rejected"}
 

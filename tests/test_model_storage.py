@@ -169,7 +169,7 @@ def test_get_stops_at_first_miss() -> None:
     pool.access_log.clear()
     assert pool.get([1, 2, 3, 4]) == 2
     assert (pool.get_hits, pool.get_misses) == (2, 1)
-    assert pool.access_log == [(0.0, "get", 1, True), (0.0, "get", 2, True)]
+    assert pool.access_log == [(0.0, "get", 1, True, 0), (0.0, "get", 2, True, 0)]
 
 
 def test_get_of_all_present_serves_all() -> None:

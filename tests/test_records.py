@@ -38,7 +38,11 @@ def test_key_lists_and_huge_integers_survive_packing(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(Table, "CHUNK_ROWS", 2)
     huge = 2**70
     rows = [
-        (*PrefetchRecord(i, 0, 0.0, 1.0, "discarded", 0, 8, 8, 8, False, k, 1, 512), [k], None)
+        (
+            *PrefetchRecord(i, 0, 0.0, 1.0, "discarded", 0, 8, 8, 8, False, k, 1, 512, 512, 0),
+            [k],
+            None,
+        )
         for i, k in enumerate([5, huge, 7])
     ]
     table = Table(PrefetchRecord, [("swa_keys", None), ("mamba_keys", None)])
@@ -53,7 +57,7 @@ def test_key_lists_and_huge_integers_survive_packing(monkeypatch: pytest.MonkeyP
 
 def test_values_that_do_not_fit_a_column_type_are_kept_as_they_are() -> None:
     """No silent truncation or coercion: the column falls back to objects instead."""
-    fits = PrefetchRecord(1, 0, 0, 1, "success", 3, 8, 8, 8, True, 6, 0, 512)
+    fits = PrefetchRecord(1, 0, 0, 1, "success", 3, 8, 8, 8, True, 6, 0, 512, 512, 0)
     rows = [fits._replace(rid=0, start_page=2.5, terminated=None), fits]
     table = Table(PrefetchRecord)
     for row in rows:
@@ -70,7 +74,9 @@ def test_an_empty_table_has_its_columns() -> None:
 
 def test_extra_columns_follow_the_record_fields_with_their_types() -> None:
     table = Table(PrefetchRecord, [("swa_keys", None), ("swa_hit_pages", int)])
-    table.append((*PrefetchRecord(1, 0, 0.0, 1.0, "success", 3, 8, 8, 8, True, 6, 0, 512), [4], 2))
+    table.append(
+        (*PrefetchRecord(1, 0, 0.0, 1.0, "success", 3, 8, 8, 8, True, 6, 0, 512, 512, 0), [4], 2)
+    )
     frame = table.drain()
     assert list(frame.columns) == [*PrefetchRecord._fields, "swa_keys", "swa_hit_pages"]
     assert frame["swa_hit_pages"].dtype == "int64" and frame["swa_keys"].tolist() == [[4]]

@@ -57,6 +57,10 @@ class PrefetchRecord(NamedTuple):
     endpoint_key: int
     dropped_beliefs: int
     read_bytes: int
+    transfer_bytes: int
+    """Bytes the read channel carried for it (`read_bytes` counts what was served)."""
+    cross_instance_pages: int
+    """KV pages read from objects another server of the cluster stored."""
 
     @classmethod
     def of(
@@ -82,6 +86,8 @@ class PrefetchRecord(NamedTuple):
             endpoint_key=op.hit_span[-1] if op.hit_pages else -1,
             dropped_beliefs=dropped_beliefs,
             read_bytes=read_bytes,
+            transfer_bytes=op.transfer_bytes,
+            cross_instance_pages=op.cross_instance_pages,
         )
 
 
@@ -101,10 +107,12 @@ class WriteRecord(NamedTuple):
     kv_staged: int
     """KV pages staged (per-pool beliefs may write a node's aux objects alone)."""
     kv_written: int
+    cross_instance_objects: int
+    """Objects put that another server of the cluster had already stored."""
 
     @classmethod
     def skipped(cls, t_s: float, node_id: int, pages: int, verdict: str) -> WriteRecord:
-        return cls(t_s, node_id, pages, verdict, 0, 0, 0, 0, 0, 0)
+        return cls(t_s, node_id, pages, verdict, 0, 0, 0, 0, 0, 0, 0)
 
     @classmethod
     def written(
@@ -122,6 +130,7 @@ class WriteRecord(NamedTuple):
             staged.write_bytes,
             staged.kv_pages,
             staged.kv_to_write,
+            ack.cross_instance_objects,
         )
 
 

@@ -1,26 +1,26 @@
-"""SimPy processes that wire the model in time: arrivals, prefetch IO, scheduling, backup IO.
+"""The cluster in time: arrivals routed to its servers, and the storage backend they share.
 
-One process per concern, named by what it does. Page work is batched: a prefetch advances in
-128-page storage batches, a backup in one write per node, a request in one prefill and one
-decode step, so the event count grows with requests and batches, never with pages. Every
-decision is the model's (`sim.model`); a process only waits, in order, for what it costs.
+A scenario without a `cluster` section is a cluster of one server, run exactly as a lone
+server: its reads and writes have the backend's bandwidth to themselves. With several servers,
+every storage transfer in flight shares the backend's aggregate read or write bandwidth
+(`sim.engine.links.SharedBandwidth`), each capped by its server's own link. Arrivals, follow-up
+turns, the backend's eviction sources and the time-series sampling are the cluster's processes;
+each server runs its own scheduler and writer (`sim.engine.server`).
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
 
-from sim.engine.job import Job
-from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
-from sim.model.backup import BackupIntent
-from sim.model.build import Eviction, ServerModel, build_model, workload_stream
-from sim.model.node import Node
-from sim.model.prefetch import PrefetchOp
+from sim.engine.links import DedicatedLink, Link, SharedBandwidth
+from sim.engine.server import Server
+from sim.model.build import ClusterModel, Eviction, build_cluster, stream, workload_stream
+from sim.model.pools import ROUTER_STREAM
+from sim.model.storage import GB
+from sim.routing import ROUTERS, Router
 from sim.scenario import Scenario
 from sim.workload import Request, Workload
 
@@ -40,7 +40,7 @@ class CountingEnvironment(simpy.Environment):
 
 
 class Simulation:
-    """One server's model, run to the scenario's horizon."""
+    """A cluster of servers sharing one storage backend, run to the scenario's horizon."""
 
     def __init__(
         self,
@@ -54,26 +54,49 @@ class Simulation:
         self.warmup_s = scenario.warmup_s
         self.on_progress = on_progress
         """Called with the simulated time at every time-series sample (progress bars)."""
-        self.model: ServerModel = build_model(scenario, storage_trace=storage_trace)
-        m = self.model
-        self.tree, self.host, self.storage = m.tree, m.host, m.storage
-        self.prefetcher, self.write_path = m.prefetcher, m.write_path
+        self.cluster: ClusterModel = build_cluster(scenario, storage_trace=storage_trace)
+        self.storage = self.cluster.storage
+        page_size = scenario.model.page_size
         self.workload = workload or scenario.workload.build(
-            m.page_size, workload_stream(scenario.seed)
+            page_size, workload_stream(scenario.seed)
         )
         self.env = CountingEnvironment()
-        self.records = Records(list(m.pools.values()))
-        self.waiting: list[Job] = []
-        self.running: dict[int, Job] = {}
-        self.backlog: simpy.Store = simpy.Store(self.env)
-        self.read_channel = simpy.Resource(self.env, capacity=1)
-        """Prefetches share one storage read channel; the one writer needs no channel."""
-        self._wake = self.env.event()
-        self._host_freed = self.env.event()
-        self.parked: deque[tuple[PrefetchOp, simpy.Event]] = deque()
-        """Rate-limited hits waiting for staging, first come first staged (buffer_only)."""
+        spec = scenario.cluster
+        self.arrival_scale = 1.0 / spec.instances if spec.scale_arrivals else 1.0
+        """Arrival times are multiplied by this (1/N with `scale_arrivals`)."""
+        self.reads, self.writes = self._links(scenario)
+        self.servers = [
+            Server(
+                self.env,
+                model,
+                read_link=self.reads,
+                write_link=self.writes,
+                warmup_s=scenario.warmup_s,
+                left=self._left,
+            )
+            for model in self.cluster.servers
+        ]
+        self.router: Router = ROUTERS[spec.router.policy](
+            spec.router, len(self.servers), page_size, stream(scenario.seed, ROUTER_STREAM)
+        )
         self._ts_interval = scenario.duration_s / 200.0 or scenario.duration_s
-        self._cum_discards = 0
+
+    def _links(self, scenario: Scenario) -> tuple[Link, Link]:
+        """The backend's read and write bandwidth: a lone server's own, or shared by all."""
+        storage, env = self.storage, self.env
+        link_gbps = scenario.cluster.link_gbps
+        cap = None if link_gbps is None else link_gbps * GB
+        if len(self.cluster.servers) == 1:
+            return (
+                DedicatedLink(env, storage.read_bps if cap is None else min(storage.read_bps, cap)),
+                DedicatedLink(
+                    env, storage.write_bps if cap is None else min(storage.write_bps, cap)
+                ),
+            )
+        return (
+            SharedBandwidth(env, storage.read_bps, cap),
+            SharedBandwidth(env, storage.write_bps, cap),
+        )
 
     # ------------------------------------------------------------------ driver
 
@@ -81,17 +104,17 @@ class Simulation:
         """Register the processes; `run` calls it, tests may then step the environment."""
         env = self.env
         env.process(self.arriving())
-        env.process(self.scheduling())
-        env.process(self.backing_up())
+        for server in self.servers:
+            server.start()
         env.process(self.sampling())
-        for eviction in self.model.evictions:
+        for eviction in self.cluster.evictions:
             env.process(self.evicting(eviction))
         return self
 
     def finish(self) -> Simulation:
         """Record the requests still waiting or running at the horizon as unfinished."""
-        for job in [*self.waiting, *self.running.values()]:
-            self._record_request(job, "unfinished")
+        for server in self.servers:
+            server.finish()
         return self
 
     def run(self) -> Simulation:
@@ -99,339 +122,34 @@ class Simulation:
         self.env.run(until=self.duration_s)
         return self.finish()
 
-    def poke(self) -> None:
-        """Wake the scheduler: something it waits on may have changed."""
-        if not self._wake.triggered:
-            self._wake.succeed()
-
-    def _poke_host_freed(self) -> None:
-        self._stage_parked()
-        if not self._host_freed.triggered:
-            self._host_freed.succeed()
-
-    def _host_freed_event(self) -> simpy.Event:
-        """The event the next release of host staging triggers (shared by every waiter)."""
-        if self._host_freed.triggered:
-            self._host_freed = self.env.event()
-        return self._host_freed
-
     # ------------------------------------------------------------------ arrivals
 
     def arriving(self) -> Generator[simpy.Event, Any, None]:
-        env = self.env
+        env, scale = self.env, self.arrival_scale
         for req in self.workload.arrivals():
+            if scale != 1.0:
+                req.arrival_s *= scale
             if req.arrival_s > self.duration_s:
                 return
             if req.arrival_s > env.now:
                 yield env.timeout(req.arrival_s - env.now)
-            self.arrive(req)
+            self.route(req)
+
+    def route(self, req: Request) -> None:
+        """Hand a request to the server the router picks."""
+        self.servers[self.router.route(req, self.servers, self.env.now)].arrive(req)
+
+    def _left(self, server: Server, req: Request, outcome: str) -> None:
+        """A request left a server: a finished turn may be followed by the next."""
+        if outcome == "finished":
+            self.env.process(self.follow_up(req))
 
     def follow_up(self, req: Request) -> Generator[simpy.Event, Any, None]:
         nxt = self.workload.follow_up(req, self.env.now)
         if nxt is None or nxt.arrival_s > self.duration_s:
             return
         yield self.env.timeout(max(0.0, nxt.arrival_s - self.env.now))
-        self.arrive(nxt)
-
-    def arrive(self, req: Request) -> None:
-        now = self.env.now
-        prompt = req.pages[: req.prompt_pages]
-        match = self.tree.match(prompt)
-        job = Job(req, match.host_node, match.device_pages, match.host_pages)
-        job.backoff_pages = match.device_kv_pages - match.device_pages
-        if not self.tree.can_ever_hold(len(req.pages) + 1, working_slots=1):
-            self._record_request(job, "rejected")
-            return
-        self.tree.lock(match.host_node)
-        self.tree.touch(match.host_node, now)
-        job.op = self.prefetcher.plan(req.rid, match.host_pages, prompt[match.host_pages :], now)
-        if job.op is not None:
-            self.env.process(self.prefetching(job, job.op))
-        self.waiting.append(job)
-        self.poke()
-
-    def retrying(self, job: Job, delay_s: float) -> Generator[simpy.Event, Any, None]:
-        """Re-issue a missed prefetch for a request still queued, from a fresh match. A miss
-        never delays the queue head, and a span now shorter than the threshold is not retried
-        (SGLang: StoragePrefetchRetries.pop_ready, _prefetch_kvcache)."""
-        yield self.env.timeout(delay_s)
-        if job.admitted_s is not None or (self.waiting and self.waiting[0] is job):
-            return
-        now, tree = self.env.now, self.tree
-        prompt = job.req.pages[: job.req.prompt_pages]
-        match = tree.match(prompt)
-        op = self.prefetcher.plan(
-            job.req.rid, match.host_pages, prompt[match.host_pages :], now, job.retries + 1
-        )
-        if op is None:
-            return
-        job.retries += 1
-        tree.touch(match.host_node, now)
-        tree.lock(match.host_node)
-        tree.unlock(job.lock_node)
-        job.lock_node = match.host_node
-        job.op = op
-        self.env.process(self.prefetching(job, op))
-
-    # ------------------------------------------------------------------ prefetch IO
-
-    def prefetching(self, job: Job, op: PrefetchOp) -> Generator[simpy.Event, Any, None]:
-        env, prefetcher = self.env, self.prefetcher
-        yield env.timeout(self.storage.exists_s(len(op.span)))
-        outcome = (
-            "cancelled"
-            if op.terminated
-            else prefetcher.query(op, env.now, queue_empty=not self.parked)
-        )
-        if outcome == "declined" and (yield from self._parked(op)):
-            outcome = None
-        if outcome is not None:
-            self._missed(job, op, outcome)
-            return
-        kv_bytes = self.storage.kv.object_bytes
-        for batch in prefetcher.kv_batches(op):
-            yield from self._transfer(self.read_channel, self.storage.read_s(len(batch) * kv_bytes))
-            if op.terminated or not prefetcher.read_kv(op, batch, env.now):
-                break
-        for transfer in prefetcher.aux_reads(op):
-            if op.terminated:
-                break
-            nbytes = len(transfer.keys or ()) * self.storage.pools[transfer.pool].object_bytes
-            yield from self._transfer(self.read_channel, self.storage.read_s(nbytes))
-            if op.terminated:
-                break
-            prefetcher.read_aux(op, transfer, env.now)
-        op.done = True
-        self.poke()
-
-    def _parked(self, op: PrefetchOp) -> Generator[simpy.Event, Any, bool]:
-        """Wait, parked behind the hits parked before it, for staging (buffer_only mode); False
-        when the hit is declined instead (cache mode, a hit that can never fit, or the request
-        admitted meanwhile)."""
-        if not self.prefetcher.may_park(op):
-            return False
-        granted = self.env.event()
-        self.parked.append((op, granted))
-        return bool((yield granted))
-
-    def _stage_parked(self) -> None:
-        """Stage parked hits in order until one does not fit; a hit stopped by its policy
-        while parked leaves unstaged."""
-        parked = self.parked
-        while parked:
-            op, granted = parked[0]
-            if not op.terminated and not self.prefetcher.stage(op):
-                return
-            parked.popleft()
-            granted.succeed(not op.terminated)
-
-    def _unpark(self, op: PrefetchOp) -> None:
-        """A parked hit whose request was admitted gives up its place (it is declined)."""
-        for i, (parked_op, granted) in enumerate(self.parked):
-            if parked_op is op:
-                del self.parked[i]
-                granted.succeed(False)
-                self._stage_parked()
-                return
-
-    def _missed(self, job: Job, op: PrefetchOp, outcome: str) -> None:
-        """An op that ended before reading: record it and arm a retry if one is due."""
-        op.done = True
-        job.prefetch_outcome = outcome
-        self._record_prefetch(job, op, outcome, ())
-        delay_s = self.prefetcher.retry_after(op, outcome, job.retries)
-        if delay_s is not None and job.admitted_s is None:
-            self.env.process(self.retrying(job, delay_s))
-        self.poke()
-
-    def _transfer(
-        self, channel: simpy.Resource, seconds: float
-    ) -> Generator[simpy.Event, Any, None]:
-        with channel.request() as slot:
-            yield slot
-            yield self.env.timeout(seconds)
-
-    # ------------------------------------------------------------------ scheduler
-
-    def scheduling(self) -> Generator[simpy.Event, Any, None]:
-        env = self.env
-        while True:
-            job = self._next_admissible()
-            if job is None:
-                self._wake = env.event()
-                yield self._wake
-                continue
-            yield from self.prefill(job)
-
-    def _next_admissible(self) -> Job | None:
-        """First waiting job whose prefetch may stop now and whose memory can be reserved."""
-        now = self.env.now
-        for i, job in enumerate(self.waiting):
-            if not self._prefetch_settled(job, now):
-                continue
-            prompt = job.req.pages[: job.req.prompt_pages]
-            need = len(job.req.pages) - self.tree.match(prompt).device_pages
-            if not self.tree.reserve(need, 1):
-                return None
-            job.reserved_kv = need
-            del self.waiting[i]
-            return job
-        return None
-
-    def _prefetch_settled(self, job: Job, now: float) -> bool:
-        """Has the prefetch finished, or does its termination policy let it stop now? A
-        prefetch that may not stop yet keeps the request waiting, with a wake-up at the time
-        the policy gives."""
-        op = job.op
-        if op is None or op.done:
-            return True
-        stop_at = self.prefetcher.may_stop_at(op)
-        if now >= stop_at:
-            op.terminated = True
-            return True
-        if math.isfinite(stop_at) and job.wake_at != stop_at:
-            job.wake_at = stop_at
-            self.env.timeout(stop_at - now).callbacks.append(lambda _e: self.poke())
-        return False
-
-    def prefill(self, job: Job) -> Generator[simpy.Event, Any, None]:
-        """Load what the device, host or storage holds, then compute the rest chunk by chunk:
-        each chunk end is an insert (SGLang's cache_unfinished_req), the last one at the first
-        token."""
-        env, req, tree = self.env, job.req, self.tree
-        page_size, timing = self.model.page_size, self.model.timing
-        job.admitted_s = env.now
-        self.running[req.rid] = job
-        prompt = req.pages[: req.prompt_pages]
-        loaded_end = self._resolve_prefetch(job)
-        match = tree.match(prompt)
-        covered = max(match.host_pages, loaded_end, match.device_pages)
-        self._insert(
-            job,
-            prompt[:covered],
-            computed_from=covered,
-            backed_up=loaded_end >= covered > match.device_pages,
-        )
-        job.recomputed_tokens = req.prompt_tokens - covered * page_size
-        job.device_change_pages = covered - job.host_pages - job.l3_loaded_pages
-        loaded_pages, start_token, computed_from = (
-            covered - match.device_pages,
-            covered * page_size,
-            covered,
-        )
-        for end_token in timing.chunks(start_token, req.prompt_tokens):
-            yield env.timeout(timing.prefill_s(end_token - start_token, loaded_pages))
-            loaded_pages, start_token = 0, end_token
-            chunk_end = end_token // page_size
-            if end_token < req.prompt_tokens and chunk_end > computed_from:
-                self._insert(job, prompt[:chunk_end], computed_from=computed_from)
-                computed_from = chunk_end
-        job.first_token_s = env.now
-        self._insert(
-            job,
-            prompt,
-            computed_from=computed_from,
-            backup_path=self.model.buffer_only,
-        )
-        env.process(self.decoding(job))
-
-    def _resolve_prefetch(self, job: Job) -> int:
-        """Settle an issued prefetch through the model; returns the loaded endpoint (pages)."""
-        op = job.op
-        if op is None or not op.issued:
-            if op is not None and not op.done:
-                self._unpark(op)
-            return 0
-        now = self.env.now
-        resolution = self.prefetcher.resolve(op, now)
-        self._poke_host_freed()
-        job.prefetch_outcome = resolution.outcome
-        if resolution.outcome == "success":
-            job.l3_loaded_pages = resolution.loaded_end - op.start_page
-        elif now >= self.warmup_s:
-            self._cum_discards += 1
-        self._record_prefetch(job, op, resolution.outcome, resolution.dropped)
-        return resolution.loaded_end
-
-    def _insert(
-        self,
-        job: Job,
-        pages: list[int],
-        *,
-        computed_from: int,
-        backed_up: bool = False,
-        backup_path: bool = False,
-    ) -> None:
-        """Insert on the device against the job's reservation, move the job's lock to the new
-        end, and offer the nodes the write path asks for (`backup_path`: the whole path)."""
-        tree = self.tree
-        before = tree.kv.used
-        node, new_nodes = tree.insert(
-            pages,
-            self.env.now,
-            backed_up=backed_up,
-            host_copy=not self.model.buffer_only,
-            computed_from=computed_from,
-        )
-        take = min(tree.kv.used - before, job.reserved_kv)
-        job.reserved_kv -= take
-        tree.kv.reserved -= take
-        tree.lock(node)
-        tree.unlock(job.lock_node)
-        job.lock_node = node
-        path = tree.path(node) if backup_path else None
-        for candidate in self.write_path.candidates(new_nodes, path):
-            self.offer_backup(candidate)
-
-    # ------------------------------------------------------------------ decode and finish
-
-    def decoding(self, job: Job) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
-        self._insert(job, job.req.pages, computed_from=job.req.prompt_pages)
-        self.tree.unlock(job.lock_node)
-        self.tree.release(job.reserved_kv, 1)
-        job.reserved_kv = 0
-        del self.running[job.req.rid]
-        self._record_request(job, "finished")
-        self.env.process(self.follow_up(job.req))
-        self.poke()
-
-    # ------------------------------------------------------------------ backup IO
-
-    def offer_backup(self, node: Node) -> None:
-        """Gate a node and queue its write (SGLang: enqueue_backup_intent)."""
-        now = self.env.now
-        intent = self.write_path.offer(node, now)
-        if isinstance(intent, BackupIntent):
-            self.backlog.put(intent)
-        elif intent is not None:
-            self.records.add_write(WriteRecord.skipped(now, node.nid, len(node.pages), intent))
-
-    def backing_up(self) -> Generator[simpy.Event, Any, None]:
-        env, host = self.env, self.host
-        while True:
-            intent: BackupIntent = yield self.backlog.get()
-            staged = self.write_path.stage(intent, env.now)
-            node_id, pages = intent.node.nid, len(intent.pages)
-            if staged is None:
-                self.records.add_write(WriteRecord.skipped(env.now, node_id, pages, "stale"))
-                continue
-            staging_pages = 0
-            if self.model.buffer_only:
-                staging_pages = min(staged.staging_pages, host.capacity_pages)
-                while not host.alloc_backup(staging_pages):
-                    yield self._host_freed_event()
-                yield env.timeout(self.model.timing.pcie_s(staged.nbytes))
-            yield env.timeout(self.storage.write_s(staged.write_bytes))
-            ack = self.write_path.acknowledge(staged, env.now)
-            if staging_pages:
-                host.free_backup(staging_pages)
-                self._poke_host_freed()
-            self.records.add_write(
-                WriteRecord.written(env.now, node_id, pages, staged, ack),
-                staged.aux_keys,
-                ack.aux_ok,
-            )
+        self.route(nxt)
 
     # ------------------------------------------------------------------ background
 
@@ -442,35 +160,9 @@ class Simulation:
             eviction.pool.evict_random(rng, self.env.now)
 
     def sampling(self) -> Generator[simpy.Event, Any, None]:
-        tree, existence, stores = self.tree, self.model.existence, self.storage.pools
-        aux = self.storage.aux
         while True:
-            sample = Sample(
-                t_s=self.env.now,
-                discards=self._cum_discards,
-                existence_entries=len(existence),
-                stale_beliefs_recent_4096=existence.count_absent_recent(self.storage.kv.keys()),
-                healed_beliefs_pending=self.write_path.pending_rewrites(),
-                host_pages=self.host.used_pages,
-                device_kv_pages=tree.kv.used,
-            )
-            self.records.add_sample(
-                sample,
-                {pool.name: tree.used(pool.name) for pool in aux},
-                {name: store.stored_bytes for name, store in stores.items()},
-            )
+            for server in self.servers:
+                server.sample()
             if self.on_progress is not None:
                 self.on_progress(self.env.now)
             yield self.env.timeout(self._ts_interval)
-
-    # ------------------------------------------------------------------ records
-
-    def _record_request(self, job: Job, outcome: str) -> None:
-        finish_s = self.env.now if outcome == "finished" else None
-        self.records.requests.append(job.record(outcome, finish_s, self.model.page_size))
-
-    def _record_prefetch(self, job: Job, op: PrefetchOp, outcome: str, dropped: Any) -> None:
-        row = PrefetchRecord.of(
-            op, job.req.rid, outcome, self.env.now, len(dropped), self.prefetcher.read_bytes(op)
-        )
-        self.records.add_prefetch(row, op.aux)

@@ -64,6 +64,9 @@ class Acknowledgement:
     aux_ok: dict[str, list[bool]]
     rewrite_pages: int
     """Pages written again after a heal had dropped their beliefs."""
+    cross_instance_objects: int = 0
+    """Objects put that another server of the cluster had already stored (the backend skips
+    them, but they were staged and sent)."""
 
 
 class InflightPages:
@@ -187,7 +190,10 @@ class WritePath:
         *,
         gated: bool,
         aux_beliefs: Mapping[str, ExistenceCache] | None = None,
+        client: int = 0,
     ):
+        self.client = client
+        """This server's instance number: whose writes these are, for the cross-server counts."""
         self.existence = existence
         """KV beliefs: what the parent-cover gate and the KV heals read."""
         self.storage = storage
@@ -321,8 +327,13 @@ class WritePath:
         intent = staged.intent
         pages = intent.pages if intent.write_kv else ()
         pools = self.storage.pools
-        kv_ok = self.storage.kv.put(pages, now_s)
-        aux_ok = {name: pools[name].put(keys, now_s) for name, keys in staged.aux_keys.items()}
+        before = sum(pool.cross_put_hits for pool in pools.values())
+        kv_ok = self.storage.kv.put(pages, now_s, self.client)
+        aux_ok = {
+            name: pools[name].put(keys, now_s, self.client)
+            for name, keys in staged.aux_keys.items()
+        }
+        cross = sum(pool.cross_put_hits for pool in pools.values()) - before
         self.existence.add(pages)
         rewritten = self.heal_dropped.intersection(pages)
         self.heal_dropped.difference_update(rewritten)
@@ -334,7 +345,7 @@ class WritePath:
                 self.aux_heal_dropped[name].difference_update(again)
                 rewrites += len(again)
         self._release(intent)
-        return Acknowledgement(kv_ok, aux_ok, rewrites)
+        return Acknowledgement(kv_ok, aux_ok, rewrites, cross)
 
     def _release(self, intent: BackupIntent) -> None:
         if intent.write_kv:

@@ -78,8 +78,10 @@ class Eviction:
 
 @dataclass
 class ServerModel:
-    """One server's model, assembled from a scenario: what the engine wires in time."""
+    """One server's model, assembled from a scenario: what the engine wires in time. Its
+    `storage` may be shared with the other servers of a cluster."""
 
+    instance: int
     page_size: int
     pools: dict[str, Pool]
     tree: RadixTree
@@ -90,8 +92,18 @@ class ServerModel:
     prefetcher: Prefetcher
     loops: LoopTracker
     timing: Timing
-    evictions: list[Eviction]
     buffer_only: bool
+
+
+@dataclass
+class ClusterModel:
+    """The servers of a cluster and the one storage backend they share (one server when the
+    scenario has no `cluster` section)."""
+
+    storage: Storage
+    evictions: list[Eviction]
+    """Backend-side eviction sources: the backend's, so one per pool whatever the servers."""
+    servers: list[ServerModel]
 
 
 def layout(scenario: Scenario) -> dict[str, Pool]:
@@ -103,9 +115,55 @@ def layout(scenario: Scenario) -> dict[str, Pool]:
     }
 
 
-def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerModel:
-    """Assemble the model; with `storage_trace` every pool logs its accesses."""
+def build_cluster(scenario: Scenario, *, storage_trace: bool = False) -> ClusterModel:
+    """Assemble the shared storage and every server; with `storage_trace` every pool logs its
+    accesses. A cluster of several servers also records which server displaced which object
+    (for the cross-server loop count)."""
     pools = layout(scenario)
+    storage, evictions = build_storage(scenario, pools, storage_trace=storage_trace)
+    if scenario.cluster.instances > 1:
+        for store in storage.pools.values():
+            store.displaced_by = {}
+    servers = [build_server(scenario, storage, i) for i in range(scenario.cluster.instances)]
+    return ClusterModel(storage, evictions, servers)
+
+
+def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerModel:
+    """The first server of the scenario's cluster (the only one of a single-server scenario)."""
+    return build_cluster(scenario, storage_trace=storage_trace).servers[0]
+
+
+def build_storage(
+    scenario: Scenario, pools: dict[str, Pool], *, storage_trace: bool = False
+) -> tuple[Storage, list[Eviction]]:
+    """The storage backend: one store per pool, its bandwidths, and its eviction sources."""
+    stores = {name: _storage_pool(scenario, pool) for name, pool in pools.items()}
+    if storage_trace:
+        for store in stores.values():
+            store.access_log = []
+    storage = Storage(
+        stores,
+        pools,
+        read_bps=scenario.storage.read_gbps * GB,
+        write_bps=scenario.storage.write_gbps * GB,
+        exists_latency_ms=scenario.storage.exists_latency_ms,
+    )
+    evictions = [
+        Eviction(
+            stores[name],
+            scenario.storage_pool(name).evict_rate_per_s,
+            stream(scenario.seed, EVICTION_STREAM, pool.kind.stream_id),
+        )
+        for name, pool in pools.items()
+        if scenario.storage_pool(name).evict_rate_per_s > 0
+    ]
+    return storage, evictions
+
+
+def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> ServerModel:
+    """One server over `storage`: its device tree, host pool, beliefs, write path and
+    prefetcher, configured by the scenario (every server of a cluster alike)."""
+    pools = dict(storage.layout)
     page_size = scenario.model.page_size
     buffer_only = scenario.host.mode == "buffer_only"
     aux = [pool for name, pool in pools.items() if name != KV]
@@ -124,17 +182,6 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
         window_retention=scenario.device.swa_retention == "window",
     )
     host = HostPool(scenario.host.pages, cached_pages=lambda: tree.host_used)
-    stores = {name: _storage_pool(scenario, pool) for name, pool in pools.items()}
-    if storage_trace:
-        for store in stores.values():
-            store.access_log = []
-    storage = Storage(
-        stores,
-        pools,
-        read_bps=scenario.storage.read_gbps * GB,
-        write_bps=scenario.storage.write_gbps * GB,
-        exists_latency_ms=scenario.storage.exists_latency_ms,
-    )
     entries = scenario.existence_cache.entries
     existence = ExistenceCache(entries, enabled=buffer_only)
     per_pool = scenario.existence_cache.beliefs == "per_pool"
@@ -144,7 +191,12 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
         if per_pool and name != KV
     }
     write_path = WritePath(
-        existence, storage, tree.root, gated=buffer_only, aux_beliefs=aux_beliefs
+        existence,
+        storage,
+        tree.root,
+        gated=buffer_only,
+        aux_beliefs=aux_beliefs,
+        client=instance,
     )
     rule = RULES[scenario.heal]
 
@@ -167,6 +219,7 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
         ),
         threshold_pages=-(-threshold_tokens // page_size),
         retry=RetryBudget(prefetch.retry.max_attempts, prefetch.retry.interval_s),
+        client=instance,
     )
     timing = Timing(
         prefill_tokens_per_s=scenario.compute.prefill_tokens_per_s,
@@ -175,16 +228,8 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
         load_bytes_per_page=sum(p.object_bytes for p in pools.values() if p.residency.per_page),
         chunk_tokens=scenario.compute.chunk_tokens,
     )
-    evictions = [
-        Eviction(
-            stores[name],
-            scenario.storage_pool(name).evict_rate_per_s,
-            stream(scenario.seed, EVICTION_STREAM, pool.kind.stream_id),
-        )
-        for name, pool in pools.items()
-        if scenario.storage_pool(name).evict_rate_per_s > 0
-    ]
     return ServerModel(
+        instance=instance,
         page_size=page_size,
         pools=pools,
         tree=tree,
@@ -195,7 +240,6 @@ def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerMod
         prefetcher=prefetcher,
         loops=loops,
         timing=timing,
-        evictions=evictions,
         buffer_only=buffer_only,
     )
 

@@ -24,6 +24,8 @@ class Loop:
     reached_again: bool = False
     """A later discard further on reached this endpoint."""
     healed_s: float | None = None
+    stale_by_other: bool = False
+    """One of its discards missed an object another server's write had pushed out of storage."""
 
     @property
     def retried(self) -> bool:
@@ -45,8 +47,11 @@ class LoopTracker:
             return []
         return [self.open[key] for key in self.open.keys() & set(span)]
 
-    def on_discard(self, span: Sequence[int], now_s: float) -> None:
-        """A discarded attempt whose hit span is `span` (its endpoint is the last key)."""
+    def on_discard(
+        self, span: Sequence[int], now_s: float, *, stale_by_other: bool = False
+    ) -> None:
+        """A discarded attempt whose hit span is `span` (its endpoint is the last key);
+        `stale_by_other`: what it missed another server's write had pushed out."""
         endpoint = span[-1]
         for loop in self._reached(span):
             if loop.endpoint_key == endpoint:
@@ -55,6 +60,7 @@ class LoopTracker:
                 loop.reached_again = True
         if endpoint not in self.open:
             self.open[endpoint] = Loop(endpoint, now_s)
+        self.open[endpoint].stale_by_other |= stale_by_other
 
     def on_success(self, span: Sequence[int], loaded: int, now_s: float) -> None:
         """An accepted attempt with hit span `span` that loaded its first `loaded` pages: it

@@ -133,8 +133,10 @@ class PoolKind:
 
 WORKLOAD_STREAM = 0
 EVICTION_STREAM = 4
-RESERVED_STREAMS = frozenset({WORKLOAD_STREAM, EVICTION_STREAM})
-"""Stream indices that are not pool fault streams: the workload, and evictions (4, pool)."""
+ROUTER_STREAM = 5
+RESERVED_STREAMS = frozenset({WORKLOAD_STREAM, EVICTION_STREAM, ROUTER_STREAM})
+"""Stream indices that are not pool fault streams: the workload, evictions (4, pool), and the
+cluster's router."""
 
 _TAKEN_NAMES = frozenset({"page_size", "pools", "copy", "json", "dict", "schema"})
 """Names a pool cannot have: `model:` fields and methods a spec model already has."""

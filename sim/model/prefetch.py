@@ -58,6 +58,11 @@ class PrefetchOp:
     done: bool = False
     kv_read_pages: int = 0
     aux_read_bytes: int = 0
+    transfer_bytes: int = 0
+    """Bytes this op's reads asked the backend's read channel for (a short read costs its
+    whole batch)."""
+    cross_instance_pages: int = 0
+    """KV pages read from objects another server of the cluster stored."""
 
     @property
     def issued(self) -> bool:
@@ -177,8 +182,11 @@ class Prefetcher:
         timeout: PrefetchTimeout,
         threshold_pages: int,
         retry: RetryBudget,
+        client: int = 0,
     ) -> None:
         self.storage = storage
+        self.client = client
+        """This server's instance number: whose reads these are, for the cross-server counts."""
         self.host = host
         self.write_path = write_path
         self.loops = loops
@@ -278,7 +286,10 @@ class Prefetcher:
 
     def read_kv(self, op: PrefetchOp, batch: tuple[int, ...], now_s: float) -> bool:
         """Read one batch; False when it came back short (reading stops there)."""
-        served = self.storage.kv.get(batch, now_s)
+        kv = self.storage.kv
+        before = kv.cross_get_hits
+        served = kv.get(batch, now_s, self.client)
+        op.cross_instance_pages += kv.cross_get_hits - before
         op.completed_pages += served
         op.kv_read_pages += served
         return served == len(batch)
@@ -292,7 +303,7 @@ class Prefetcher:
     def read_aux(self, op: PrefetchOp, transfer: AuxTransfer, now_s: float) -> None:
         assert transfer.keys is not None
         pool = self.storage.pools[transfer.pool]
-        transfer.hit_pages = pool.get(transfer.keys, now_s)
+        transfer.hit_pages = pool.get(transfer.keys, now_s, self.client)
         transfer.read = True
         op.aux_read_bytes += transfer.hit_pages * pool.object_bytes
 
@@ -319,8 +330,26 @@ class Prefetcher:
         dropped = self.write_path.forget(self.heal(op))
         if self.write_path.per_pool:
             dropped += self._heal_from_transfers(op)
-        self.loops.on_discard(span, now_s)
+        self.loops.on_discard(span, now_s, stale_by_other=self._displaced_by_other(op))
         return Resolution("discarded", 0, dropped)
+
+    def _displaced_by_other(self, op: PrefetchOp) -> bool:
+        """Was the first object this op missed pushed out of storage by another server's write?
+        (Only a cluster records who displaced what.)"""
+        missed: list[tuple[str, int]] = []
+        if op.completed_pages < op.hit_pages and not op.terminated:
+            missed.append((KV, op.hit_span[op.completed_pages]))
+        missed += [
+            (t.pool, t.keys[t.hit_pages])
+            for t in op.aux
+            if t.read and t.keys is not None and t.hit_pages < len(t.keys)
+        ]
+        for name, key in missed:
+            pool = self.storage.pools[name]
+            by = pool.displaced_by
+            if by is not None and key not in pool and by.get(key, self.client) != self.client:
+                return True
+        return False
 
     def _heal_from_transfers(self, op: PrefetchOp) -> list[int]:
         """Per-pool beliefs: each transfer that was made and came back short drops its own

@@ -58,19 +58,26 @@ class StoragePool:
     put_hits: int = 0
     put_inserts: int = 0
     evictions: int = 0
-    access_log: list[tuple[float, str, int, bool]] | None = None
-    """When a list: every access that touches the LRU, as (time_s, op, key, hit)."""
+    access_log: list[tuple[float, str, int, bool, int]] | None = None
+    """When a list: every access that touches the LRU, as (time_s, op, key, hit, server)."""
     exists_ttl_s: float = 0.0
     """How long an object removed by a backend-side eviction still answers `exists`."""
+    cross_get_hits: int = 0
+    """Objects read by a server other than the one that stored them (clusters)."""
+    cross_put_hits: int = 0
+    """Puts of an object another server had already stored (skipped by the backend)."""
+    displaced_by: dict[int, int] | None = None
+    """When a dict: object -> the server whose write pushed it out of the LRU (clusters)."""
 
     def __post_init__(self) -> None:
         self._stale: dict[int, float] = {}
         """Keys removed by backend-side evictions -> until when `exists` still says yes."""
         self._prune_at = 1024
-        self._lru: OrderedDict[int, None] | None = (
+        self._lru: OrderedDict[int, int] | None = (
             None if self.capacity_objects is None else OrderedDict()
         )
-        self._objects: dict[int, None] = {} if self._lru is None else self._lru
+        self._objects: dict[int, int] = {} if self._lru is None else self._lru
+        """Stored object -> the server (instance) that stored it."""
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -135,7 +142,7 @@ class StoragePool:
             return sum(1 for key in absent if not self.exists(key, now_s))
         return len(absent)
 
-    def get(self, keys: Sequence[int], now_s: float = 0.0) -> int:
+    def get(self, keys: Sequence[int], now_s: float = 0.0, client: int = 0) -> int:
         """Read keys in order; returns the leading run that was served (missing or failed stops).
 
         A read of a stored object refreshes it even when the get then fails; a read of a missing
@@ -157,8 +164,10 @@ class StoragePool:
             if lru is not None:
                 lru.move_to_end(key)
             self.get_hits += 1
+            if objects[key] != client:
+                self.cross_get_hits += 1
             if log is not None:
-                log.append((now_s, "get", key, True))
+                log.append((now_s, "get", key, True, client))
             if fails is not None and fails[i]:
                 if self._stale:
                     for missing in keys[i + 1 :]:
@@ -167,7 +176,7 @@ class StoragePool:
                 return i
         return len(keys)
 
-    def put(self, keys: Sequence[int], now_s: float) -> list[bool]:
+    def put(self, keys: Sequence[int], now_s: float, client: int = 0) -> list[bool]:
         """Write keys; returns whether each put succeeded.
 
         A key the backend reports as existing is skipped and succeeds (SGLang's backends check
@@ -183,23 +192,27 @@ class StoragePool:
         objects, stale, log = self._objects, self._stale, self.access_log
         fast = self._lru is None and log is None
         if fast and not stale and not outage and fails is None:
-            before = len(objects)
+            before, cross = len(objects), 0
             for key in keys:
-                if key not in objects:
-                    objects[key] = None
+                owner = objects.setdefault(key, client)
+                if owner != client:
+                    cross += 1
             inserted = len(objects) - before
             self.put_inserts += inserted
             self.put_hits += n - inserted
+            self.cross_put_hits += cross
             return [True] * n
         ok = [True] * n
         for i, key in enumerate(keys):
             if key in objects:
+                if objects[key] != client:
+                    self.cross_put_hits += 1
                 if fast:
                     self.put_hits += 1
                 else:
-                    self._insert(key)
+                    self._insert(key, client)
                     if log is not None:
-                        log.append((now_s, "put", key, True))
+                        log.append((now_s, "put", key, True, client))
                 continue
             if stale and stale.get(key, -math.inf) > now_s:
                 continue
@@ -207,12 +220,12 @@ class StoragePool:
                 ok[i] = False
                 continue
             if fast:
-                objects[key] = None
+                objects[key] = client
                 self.put_inserts += 1
             else:
-                self._insert(key)
+                self._insert(key, client)
                 if log is not None:
-                    log.append((now_s, "put", key, False))
+                    log.append((now_s, "put", key, False, client))
         return ok
 
     def evict_random(self, rng: np.random.Generator, now_s: float = 0.0) -> int | None:
@@ -243,7 +256,7 @@ class StoragePool:
                 del stale[old]
             self._prune_at = 2 * len(stale) + 1024
 
-    def _insert(self, key: int) -> bool:
+    def _insert(self, key: int, client: int) -> bool:
         """Store or refresh a key; True when it was already stored (an LRU hit)."""
         objects, lru = self._objects, self._lru
         if key in objects:
@@ -256,10 +269,15 @@ class StoragePool:
         if lru is not None and cap is not None:
             if cap == 0:
                 return False
+            displaced = self.displaced_by
             while len(lru) >= cap:
-                lru.popitem(last=False)
+                old, _ = lru.popitem(last=False)
                 self.evictions += 1
-        objects[key] = None
+                if displaced is not None:
+                    displaced[old] = client
+        objects[key] = client
+        if self.displaced_by:
+            self.displaced_by.pop(key, None)
         return False
 
     def _draws(self, n: int, prob: float) -> np.ndarray | None:

@@ -65,6 +65,12 @@ EXTRA_KEYS = (
     "hit_query_dropped_beliefs",
     "device_backoff_tokens",
     "device_change_tokens",
+    "read_transfer_bytes",
+    "cross_instance_l3_hit_pages",
+    "cross_instance_rewrite_objects",
+    "loops_stale_by_other_instance",
+    "instances",
+    "load_imbalance",
 )
 """Keys after the contract ones (docs/metrics.md, "Extra keys"), besides per-pool counters."""
 
@@ -209,6 +215,10 @@ def summarize(
         "hit_query_dropped_beliefs": int(counters.get("hit_query_dropped_beliefs", 0)),
         "device_backoff_tokens": int(req["device_backoff_tokens"].sum()),
         "device_change_tokens": int(req["device_change_tokens"].sum()),
+        "read_transfer_bytes": int(pf["transfer_bytes"].sum()),
+        "cross_instance_l3_hit_pages": int(issued["cross_instance_pages"].sum()),
+        "cross_instance_rewrite_objects": int(written["cross_instance_objects"].sum()),
+        "loops_stale_by_other_instance": sum(1 for lp in counted if lp.stale_by_other),
     }
     for kind in aux_pools:
         summary[f"written_{kind.name}_objects"] = int(written[f"{kind.name}_keys"].sum())
@@ -218,3 +228,18 @@ def summarize(
             None if units.empty else round(float(units.mean()) * scale, 3)
         )
     return summary
+
+
+CLUSTER_KEYS = ("instances", "load_imbalance")
+"""Keys only the whole cluster has (a server's own row in the `instances` table lacks them)."""
+
+
+def cluster_summary(instances: pd.DataFrame) -> dict[str, Any]:
+    """The cluster's shape from its per-server summaries: how many servers, and how unevenly
+    the router spread the requests (the busiest server's over the mean; 1.0 is even)."""
+    requests = instances["requests"]
+    mean = float(requests.mean())
+    return {
+        "instances": len(instances),
+        "load_imbalance": None if mean == 0 else round(float(requests.max()) / mean, 6),
+    }

@@ -24,7 +24,7 @@ from sim.runner import RunResult
 from sim.scenario import Scenario, scenario_document
 from sim.sizes import annotate_yaml, size_notes
 
-TABLES = ("requests", "prefetches", "writes", "timeseries")
+TABLES = ("requests", "prefetches", "writes", "timeseries", "instances")
 
 
 def default_out(results_root: Path, scenario_name: str, kind: str) -> Path:

@@ -1,0 +1,438 @@
+"""One server of the cluster as SimPy processes: prefetch IO, scheduling, prefill, decode, backup.
+
+One process per concern, named by what it does. Page work is batched: a prefetch advances in
+128-page storage batches, a backup in one write per node, a request in one prefill per chunk and
+one decode step, so the event count grows with requests and batches, never with pages. Every
+decision is the model's (`sim.model`); a process only waits, in order, for what it costs.
+Arrivals, the router and the storage backend's eviction sources belong to the cluster
+(`sim.engine.simulation`), which hands each request to a server's `arrive`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from sim.engine.job import Job
+from sim.engine.links import Link
+from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
+from sim.model.backup import BackupIntent
+from sim.model.build import ServerModel
+from sim.model.node import Node
+from sim.model.prefetch import PrefetchOp
+from sim.workload import Request
+
+
+class Server:
+    """One server's model in time: it admits what the cluster hands it and reports each request
+    that leaves (finished or rejected) to `left`."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        model: ServerModel,
+        *,
+        read_link: Link,
+        write_link: Link,
+        warmup_s: float,
+        left: Callable[[Server, Request, str], None],
+    ) -> None:
+        self.env = env
+        self.model = model
+        self.instance = model.instance
+        self.warmup_s = warmup_s
+        self.read_link, self.write_link = read_link, write_link
+        """Where this server's storage reads and writes go (its own bandwidth or a share)."""
+        self.left = left
+        m = model
+        self.tree, self.host, self.storage = m.tree, m.host, m.storage
+        self.prefetcher, self.write_path = m.prefetcher, m.write_path
+        self.records = Records(list(m.pools.values()))
+        self.waiting: list[Job] = []
+        self.running: dict[int, Job] = {}
+        self.backlog: simpy.Store = simpy.Store(self.env)
+        self.read_channel = simpy.Resource(self.env, capacity=1)
+        """Prefetches share one storage read channel; the one writer needs no channel."""
+        self._wake = self.env.event()
+        self._host_freed = self.env.event()
+        self.parked: deque[tuple[PrefetchOp, simpy.Event]] = deque()
+        """Rate-limited hits waiting for staging, first come first staged (buffer_only)."""
+        self._cum_discards = 0
+        self.load_tokens = 0
+        """Prompt tokens of the requests waiting or running here (what `/get_load` reports)."""
+
+    def start(self) -> None:
+        """Register the server's own processes (the scheduler and the writer)."""
+        self.env.process(self.scheduling())
+        self.env.process(self.backing_up())
+
+    def finish(self) -> None:
+        """Record the requests still waiting or running at the horizon as unfinished."""
+        for job in [*self.waiting, *self.running.values()]:
+            self._record_request(job, "unfinished")
+
+    @property
+    def hit_query_dropped_beliefs(self) -> int:
+        return self.prefetcher.hit_query_dropped_beliefs
+
+    @property
+    def in_flight(self) -> int:
+        """Requests handed to this server that have not left it (a router's load)."""
+        return len(self.waiting) + len(self.running)
+
+    def poke(self) -> None:
+        """Wake the scheduler: something it waits on may have changed."""
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _poke_host_freed(self) -> None:
+        self._stage_parked()
+        if not self._host_freed.triggered:
+            self._host_freed.succeed()
+
+    def _host_freed_event(self) -> simpy.Event:
+        """The event the next release of host staging triggers (shared by every waiter)."""
+        if self._host_freed.triggered:
+            self._host_freed = self.env.event()
+        return self._host_freed
+
+    # ------------------------------------------------------------------ admission
+
+    def arrive(self, req: Request) -> None:
+        now = self.env.now
+        prompt = req.pages[: req.prompt_pages]
+        match = self.tree.match(prompt)
+        job = Job(req, match.host_node, match.device_pages, match.host_pages)
+        job.backoff_pages = match.device_kv_pages - match.device_pages
+        if not self.tree.can_ever_hold(len(req.pages) + 1, working_slots=1):
+            self._record_request(job, "rejected")
+            self.left(self, req, "rejected")
+            return
+        self.load_tokens += req.prompt_tokens
+        self.tree.lock(match.host_node)
+        self.tree.touch(match.host_node, now)
+        job.op = self.prefetcher.plan(req.rid, match.host_pages, prompt[match.host_pages :], now)
+        if job.op is not None:
+            self.env.process(self.prefetching(job, job.op))
+        self.waiting.append(job)
+        self.poke()
+
+    def retrying(self, job: Job, delay_s: float) -> Generator[simpy.Event, Any, None]:
+        """Re-issue a missed prefetch for a request still queued, from a fresh match. A miss
+        never delays the queue head, and a span now shorter than the threshold is not retried
+        (SGLang: StoragePrefetchRetries.pop_ready, _prefetch_kvcache)."""
+        yield self.env.timeout(delay_s)
+        if job.admitted_s is not None or (self.waiting and self.waiting[0] is job):
+            return
+        now, tree = self.env.now, self.tree
+        prompt = job.req.pages[: job.req.prompt_pages]
+        match = tree.match(prompt)
+        op = self.prefetcher.plan(
+            job.req.rid, match.host_pages, prompt[match.host_pages :], now, job.retries + 1
+        )
+        if op is None:
+            return
+        job.retries += 1
+        tree.touch(match.host_node, now)
+        tree.lock(match.host_node)
+        tree.unlock(job.lock_node)
+        job.lock_node = match.host_node
+        job.op = op
+        self.env.process(self.prefetching(job, op))
+
+    # ------------------------------------------------------------------ prefetch IO
+
+    def prefetching(self, job: Job, op: PrefetchOp) -> Generator[simpy.Event, Any, None]:
+        env, prefetcher = self.env, self.prefetcher
+        yield env.timeout(self.storage.exists_s(len(op.span)))
+        outcome = (
+            "cancelled"
+            if op.terminated
+            else prefetcher.query(op, env.now, queue_empty=not self.parked)
+        )
+        if outcome == "declined" and (yield from self._parked(op)):
+            outcome = None
+        if outcome is not None:
+            self._missed(job, op, outcome)
+            return
+        kv_bytes = self.storage.kv.object_bytes
+        for batch in prefetcher.kv_batches(op):
+            yield from self._read(op, len(batch) * kv_bytes)
+            if op.terminated or not prefetcher.read_kv(op, batch, env.now):
+                break
+        for transfer in prefetcher.aux_reads(op):
+            if op.terminated:
+                break
+            nbytes = len(transfer.keys or ()) * self.storage.pools[transfer.pool].object_bytes
+            yield from self._read(op, nbytes)
+            if op.terminated:
+                break
+            prefetcher.read_aux(op, transfer, env.now)
+        op.done = True
+        self.poke()
+
+    def _parked(self, op: PrefetchOp) -> Generator[simpy.Event, Any, bool]:
+        """Wait, parked behind the hits parked before it, for staging (buffer_only mode); False
+        when the hit is declined instead (cache mode, a hit that can never fit, or the request
+        admitted meanwhile)."""
+        if not self.prefetcher.may_park(op):
+            return False
+        granted = self.env.event()
+        self.parked.append((op, granted))
+        return bool((yield granted))
+
+    def _stage_parked(self) -> None:
+        """Stage parked hits in order until one does not fit; a hit stopped by its policy
+        while parked leaves unstaged."""
+        parked = self.parked
+        while parked:
+            op, granted = parked[0]
+            if not op.terminated and not self.prefetcher.stage(op):
+                return
+            parked.popleft()
+            granted.succeed(not op.terminated)
+
+    def _unpark(self, op: PrefetchOp) -> None:
+        """A parked hit whose request was admitted gives up its place (it is declined)."""
+        for i, (parked_op, granted) in enumerate(self.parked):
+            if parked_op is op:
+                del self.parked[i]
+                granted.succeed(False)
+                self._stage_parked()
+                return
+
+    def _missed(self, job: Job, op: PrefetchOp, outcome: str) -> None:
+        """An op that ended before reading: record it and arm a retry if one is due."""
+        op.done = True
+        job.prefetch_outcome = outcome
+        self._record_prefetch(job, op, outcome, ())
+        delay_s = self.prefetcher.retry_after(op, outcome, job.retries)
+        if delay_s is not None and job.admitted_s is None:
+            self.env.process(self.retrying(job, delay_s))
+        self.poke()
+
+    def _read(self, op: PrefetchOp, nbytes: int) -> Generator[simpy.Event, Any, None]:
+        """One storage read, after the reads queued before it on this server's channel."""
+        op.transfer_bytes += nbytes
+        with self.read_channel.request() as slot:
+            yield slot
+            yield from self.read_link.transfer(nbytes)
+
+    # ------------------------------------------------------------------ scheduler
+
+    def scheduling(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        while True:
+            job = self._next_admissible()
+            if job is None:
+                self._wake = env.event()
+                yield self._wake
+                continue
+            yield from self.prefill(job)
+
+    def _next_admissible(self) -> Job | None:
+        """First waiting job whose prefetch may stop now and whose memory can be reserved."""
+        now = self.env.now
+        for i, job in enumerate(self.waiting):
+            if not self._prefetch_settled(job, now):
+                continue
+            prompt = job.req.pages[: job.req.prompt_pages]
+            need = len(job.req.pages) - self.tree.match(prompt).device_pages
+            if not self.tree.reserve(need, 1):
+                return None
+            job.reserved_kv = need
+            del self.waiting[i]
+            return job
+        return None
+
+    def _prefetch_settled(self, job: Job, now: float) -> bool:
+        """Has the prefetch finished, or does its termination policy let it stop now? A
+        prefetch that may not stop yet keeps the request waiting, with a wake-up at the time
+        the policy gives."""
+        op = job.op
+        if op is None or op.done:
+            return True
+        stop_at = self.prefetcher.may_stop_at(op)
+        if now >= stop_at:
+            op.terminated = True
+            return True
+        if math.isfinite(stop_at) and job.wake_at != stop_at:
+            job.wake_at = stop_at
+            self.env.timeout(stop_at - now).callbacks.append(lambda _e: self.poke())
+        return False
+
+    def prefill(self, job: Job) -> Generator[simpy.Event, Any, None]:
+        """Load what the device, host or storage holds, then compute the rest chunk by chunk:
+        each chunk end is an insert (SGLang's cache_unfinished_req), the last one at the first
+        token."""
+        env, req, tree = self.env, job.req, self.tree
+        page_size, timing = self.model.page_size, self.model.timing
+        job.admitted_s = env.now
+        self.running[req.rid] = job
+        prompt = req.pages[: req.prompt_pages]
+        loaded_end = self._resolve_prefetch(job)
+        match = tree.match(prompt)
+        covered = max(match.host_pages, loaded_end, match.device_pages)
+        self._insert(
+            job,
+            prompt[:covered],
+            computed_from=covered,
+            backed_up=loaded_end >= covered > match.device_pages,
+        )
+        job.recomputed_tokens = req.prompt_tokens - covered * page_size
+        job.device_change_pages = covered - job.host_pages - job.l3_loaded_pages
+        loaded_pages, start_token, computed_from = (
+            covered - match.device_pages,
+            covered * page_size,
+            covered,
+        )
+        for end_token in timing.chunks(start_token, req.prompt_tokens):
+            yield env.timeout(timing.prefill_s(end_token - start_token, loaded_pages))
+            loaded_pages, start_token = 0, end_token
+            chunk_end = end_token // page_size
+            if end_token < req.prompt_tokens and chunk_end > computed_from:
+                self._insert(job, prompt[:chunk_end], computed_from=computed_from)
+                computed_from = chunk_end
+        job.first_token_s = env.now
+        self._insert(
+            job,
+            prompt,
+            computed_from=computed_from,
+            backup_path=self.model.buffer_only,
+        )
+        env.process(self.decoding(job))
+
+    def _resolve_prefetch(self, job: Job) -> int:
+        """Settle an issued prefetch through the model; returns the loaded endpoint (pages)."""
+        op = job.op
+        if op is None or not op.issued:
+            if op is not None and not op.done:
+                self._unpark(op)
+            return 0
+        now = self.env.now
+        resolution = self.prefetcher.resolve(op, now)
+        self._poke_host_freed()
+        job.prefetch_outcome = resolution.outcome
+        if resolution.outcome == "success":
+            job.l3_loaded_pages = resolution.loaded_end - op.start_page
+        elif now >= self.warmup_s:
+            self._cum_discards += 1
+        self._record_prefetch(job, op, resolution.outcome, resolution.dropped)
+        return resolution.loaded_end
+
+    def _insert(
+        self,
+        job: Job,
+        pages: list[int],
+        *,
+        computed_from: int,
+        backed_up: bool = False,
+        backup_path: bool = False,
+    ) -> None:
+        """Insert on the device against the job's reservation, move the job's lock to the new
+        end, and offer the nodes the write path asks for (`backup_path`: the whole path)."""
+        tree = self.tree
+        before = tree.kv.used
+        node, new_nodes = tree.insert(
+            pages,
+            self.env.now,
+            backed_up=backed_up,
+            host_copy=not self.model.buffer_only,
+            computed_from=computed_from,
+        )
+        take = min(tree.kv.used - before, job.reserved_kv)
+        job.reserved_kv -= take
+        tree.kv.reserved -= take
+        tree.lock(node)
+        tree.unlock(job.lock_node)
+        job.lock_node = node
+        path = tree.path(node) if backup_path else None
+        for candidate in self.write_path.candidates(new_nodes, path):
+            self.offer_backup(candidate)
+
+    # ------------------------------------------------------------------ decode and finish
+
+    def decoding(self, job: Job) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
+        self._insert(job, job.req.pages, computed_from=job.req.prompt_pages)
+        self.tree.unlock(job.lock_node)
+        self.tree.release(job.reserved_kv, 1)
+        job.reserved_kv = 0
+        del self.running[job.req.rid]
+        self.load_tokens -= job.req.prompt_tokens
+        self._record_request(job, "finished")
+        self.left(self, job.req, "finished")
+        self.poke()
+
+    # ------------------------------------------------------------------ backup IO
+
+    def offer_backup(self, node: Node) -> None:
+        """Gate a node and queue its write (SGLang: enqueue_backup_intent)."""
+        now = self.env.now
+        intent = self.write_path.offer(node, now)
+        if isinstance(intent, BackupIntent):
+            self.backlog.put(intent)
+        elif intent is not None:
+            self.records.add_write(WriteRecord.skipped(now, node.nid, len(node.pages), intent))
+
+    def backing_up(self) -> Generator[simpy.Event, Any, None]:
+        env, host = self.env, self.host
+        while True:
+            intent: BackupIntent = yield self.backlog.get()
+            staged = self.write_path.stage(intent, env.now)
+            node_id, pages = intent.node.nid, len(intent.pages)
+            if staged is None:
+                self.records.add_write(WriteRecord.skipped(env.now, node_id, pages, "stale"))
+                continue
+            staging_pages = 0
+            if self.model.buffer_only:
+                staging_pages = min(staged.staging_pages, host.capacity_pages)
+                while not host.alloc_backup(staging_pages):
+                    yield self._host_freed_event()
+                yield env.timeout(self.model.timing.pcie_s(staged.nbytes))
+            yield from self.write_link.transfer(staged.write_bytes)
+            ack = self.write_path.acknowledge(staged, env.now)
+            if staging_pages:
+                host.free_backup(staging_pages)
+                self._poke_host_freed()
+            self.records.add_write(
+                WriteRecord.written(env.now, node_id, pages, staged, ack),
+                staged.aux_keys,
+                ack.aux_ok,
+            )
+
+    # ------------------------------------------------------------------ time series
+
+    def sample(self) -> None:
+        """Append a time-series row for now."""
+        tree, existence, stores = self.tree, self.model.existence, self.storage.pools
+        sample = Sample(
+            t_s=self.env.now,
+            discards=self._cum_discards,
+            existence_entries=len(existence),
+            stale_beliefs_recent_4096=existence.count_absent_recent(self.storage.kv.keys()),
+            healed_beliefs_pending=self.write_path.pending_rewrites(),
+            host_pages=self.host.used_pages,
+            device_kv_pages=tree.kv.used,
+        )
+        self.records.add_sample(
+            sample,
+            {pool.name: tree.used(pool.name) for pool in self.storage.aux},
+            {name: store.stored_bytes for name, store in stores.items()},
+        )
+
+    # ------------------------------------------------------------------ records
+
+    def _record_request(self, job: Job, outcome: str) -> None:
+        finish_s = self.env.now if outcome == "finished" else None
+        self.records.requests.append(job.record(outcome, finish_s, self.model.page_size))
+
+    def _record_prefetch(self, job: Job, op: PrefetchOp, outcome: str, dropped: Any) -> None:
+        row = PrefetchRecord.of(
+            op, job.req.rid, outcome, self.env.now, len(dropped), self.prefetcher.read_bytes(op)
+        )
+        self.records.add_prefetch(row, op.aux)

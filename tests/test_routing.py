@@ -1,0 +1,126 @@
+"""The routers' rules, one case each, against what SGLang's model gateway does."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from sim.routing import ROUTERS, CacheAware, PrefixTree, Router
+from sim.scenario import RouterSpec
+from sim.workload import Request
+
+PAGE = 64
+
+
+@dataclass
+class Load:
+    in_flight: int = 0
+    load_tokens: int = 0
+
+
+def request(pages: list[int], rid: int = 0) -> Request:
+    return Request(rid, 0.0, len(pages) * PAGE, 0, pages, len(pages))
+
+
+def chain(start: int, n: int) -> list[int]:
+    """n page keys of one prefix chain (distinct per start)."""
+    return [start * 1000 + i for i in range(n)]
+
+
+def router(policy: str, servers: int, **spec: object) -> Router:
+    return ROUTERS[policy](RouterSpec(**spec), servers, PAGE, np.random.default_rng(0))  # type: ignore[arg-type]
+
+
+def test_round_robin_takes_each_server_in_turn() -> None:
+    r = router("round_robin", 3)
+    loads = [Load(9), Load(0), Load(0)]
+    assert [r.route(request(chain(1, 4)), loads, 0.0) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_random_spreads_uniformly() -> None:
+    r = router("random", 4)
+    picks = Counter(r.route(request(chain(1, 4)), [Load()] * 4, 0.0) for _ in range(4000))
+    assert set(picks) == {0, 1, 2, 3}
+    assert all(800 < count < 1200 for count in picks.values())
+
+
+def test_power_of_two_picks_the_lower_polled_load_and_polls_on_its_interval() -> None:
+    r = router("power_of_two", 2, load_poll_interval_s=30.0)
+    loads = [Load(load_tokens=100), Load(load_tokens=5)]
+    assert all(r.route(request(chain(1, 4)), loads, 0.0) == 1 for _ in range(20))
+    loads[1].load_tokens = 1000  # not seen until the next poll
+    assert r.route(request(chain(1, 4)), loads, 29.0) == 1
+    assert r.route(request(chain(1, 4)), loads, 30.0) == 0
+
+
+def test_prefix_hash_keeps_a_prefix_on_one_server_until_it_is_overloaded() -> None:
+    r = router("prefix_hash", 4, prefix_tokens=2 * PAGE)
+    loads = [Load() for _ in range(4)]
+    # Requests that agree on their first two pages go to one server, whatever follows.
+    home = r.route(request([7, 8, 100]), loads, 0.0)
+    assert all(r.route(request([7, 8, 200 + i]), loads, 0.0) == home for i in range(10))
+    homes = {r.route(request(chain(k, 3)), loads, 0.0) for k in range(1, 60)}
+    assert homes == {0, 1, 2, 3}
+    # Bounded load: above 1.25 x the mean (this request included) the least loaded server.
+    loads[home].in_flight = 10
+    other = (home + 1) % 4
+    loads[other].in_flight = 1
+    chosen = r.route(request([7, 8, 300]), loads, 0.0)
+    assert chosen != home and loads[chosen].in_flight == 0
+
+
+def test_prefix_tree_matches_the_longest_routed_prefix_and_trims_leaves_first() -> None:
+    tree = PrefixTree()
+    tree.insert(chain(1, 6))
+    tree.insert(chain(1, 3) + chain(2, 2))
+    assert tree.match(chain(1, 6)) == 6
+    assert tree.match([*chain(1, 4), 5]) == 4
+    assert tree.match(chain(9, 3)) == 0
+    tree.trim(4)
+    # Least recently routed first, and a page never before a page that extends it: the first
+    # request's tail, then the second's last page.
+    assert tree.match(chain(1, 6)) == 3
+    assert tree.match(chain(1, 3) + chain(2, 2)) == 4
+    assert set(tree.pages) == {*chain(1, 3), chain(2, 1)[0]}
+
+
+def test_cache_aware_follows_the_cache_above_its_threshold() -> None:
+    r = router("cache_aware", 3)
+    assert isinstance(r, CacheAware)
+    loads = [Load(), Load(), Load()]
+    first = r.route(request(chain(1, 10)), loads, 0.0)
+    assert first == 0, "a miss goes to the least loaded server, the lowest index on a tie"
+    loads[0].in_flight = 5
+    # 4 of 10 pages match (0.4 > 0.3): back to server 0 although it is busier.
+    assert r.route(request(chain(1, 4) + chain(3, 6)), loads, 0.0) == 0
+    # 2 of 10 (0.2): a miss, to the least loaded server.
+    assert r.route(request(chain(1, 2) + chain(4, 8)), loads, 0.0) == 1
+
+
+def test_cache_aware_balances_when_both_imbalance_tests_pass() -> None:
+    r = router("cache_aware", 2)
+    r.route(request(chain(1, 10)), [Load(), Load()], 0.0)
+    # 65 - 0 > 64 and 65 > 0 x 1.5: imbalanced, to the idlest despite the full match.
+    assert r.route(request(chain(1, 10)), [Load(65), Load(0)], 0.0) == 1
+    # 64 - 0 is not more than 64: balanced, the match wins.
+    assert r.route(request(chain(1, 10)), [Load(64), Load(0)], 0.0) == 0
+    # 200 - 140 = 60: not more than 64, balanced.
+    assert r.route(request(chain(1, 10)), [Load(200), Load(140)], 0.0) == 0
+
+
+def test_cache_aware_miss_rule_before_sglang_pr_14650_picks_the_smallest_tree() -> None:
+    r = router("cache_aware", 2, cache_aware_miss="smallest_tree")
+    r.route(request(chain(1, 10)), [Load(), Load()], 0.0)  # server 0 now holds 10 pages
+    assert r.route(request(chain(5, 10)), [Load(0), Load(3)], 0.0) == 1
+    current = router("cache_aware", 2)
+    current.route(request(chain(1, 10)), [Load(), Load()], 0.0)
+    assert current.route(request(chain(5, 10)), [Load(0), Load(3)], 0.0) == 0
+
+
+@pytest.mark.parametrize("policy", ROUTERS.names())
+def test_one_server_always_gets_everything(policy: str) -> None:
+    r = router(policy, 1)
+    assert {r.route(request(chain(k, 5)), [Load(k)], float(k)) for k in range(1, 30)} == {0}
