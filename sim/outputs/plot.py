@@ -22,7 +22,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from sim.outputs.files import replace_file
+from sim.outputs.files import read_table, replace_file
 from sim.sweep import parse_target
 from sim.units import unit_of, with_unit
 
@@ -83,7 +83,7 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     for i, (color, name, run_dir) in enumerate(zip(colors, labels, run_dirs, strict=True)):
         ts_path = run_dir / "timeseries.parquet"
         if ts_path.exists():
-            ts = cluster_total(pd.read_parquet(ts_path), "discards")
+            ts = cluster_total(read_table(ts_path), "discards")
             same = next(
                 (first for values, first in drawn if np.array_equal(values, ts["discards"])), None
             )
@@ -119,7 +119,7 @@ def run_figure(directory: Path) -> Figure:
     """A run's time series: discards, beliefs, device and storage occupancy, each occupancy
     against its capacity (dashed, same colour) where the configuration bounds it. A cluster's
     per-server series are drawn per instance (`cluster_run_figure`)."""
-    ts = pd.read_parquet(directory / "timeseries.parquet")
+    ts = read_table(directory / "timeseries.parquet")
     config_path = directory / "config.resolved.yaml"
     config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
     config = config if isinstance(config, dict) else {}

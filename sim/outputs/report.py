@@ -25,7 +25,7 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from sim.outputs.files import replace_file
+from sim.outputs.files import read_table, replace_file
 from sim.outputs.findings import (
     capacity_findings,
     compare_findings,
@@ -157,7 +157,7 @@ def _csv(path: Path) -> pd.DataFrame:
 
 def _parquet(path: Path) -> pd.DataFrame:
     try:
-        return pd.read_parquet(path)
+        return read_table(path)
     except (OSError, ValueError) as exc:
         raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
 
