@@ -60,7 +60,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "faults": make_doc(**SMALL, **FAULTS),
     "multiturn": make_doc(**MULTITURN),
 }
-TABLES = {"requests", "prefetches", "writes", "timeseries", "storage_trace"}
+TABLES = {"requests", "prefetches", "writes", "timeseries", "instances", "storage_trace"}
 HASH_SEEDS = ("0", "12345")
 
 
