@@ -597,8 +597,7 @@ def report_cmd(directory: Path, out: Path | None) -> None:
 @contextmanager
 def _reading(directory: Path) -> Iterator[None]:
     """A result directory this tool did not write as it is (junk Parquet, a configuration that
-    is not a mapping or carries a Python tag, a malformed sweep.json) is bad input, exit 2.
-    Parquet's reader reports a damaged file footer as an OSError, so OSError is bad input too."""
+    is not a mapping or carries a Python tag, a malformed sweep.json) is bad input, exit 2."""
     try:
         yield
     except ScenarioError:
@@ -610,7 +609,9 @@ def _reading(directory: Path) -> Iterator[None]:
 
 
 _UNREADABLE = (
-    OSError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
     ValueError,
     KeyError,
     TypeError,

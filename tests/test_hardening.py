@@ -224,10 +224,21 @@ def test_a_sweep_too_large_to_plan_is_refused_at_once(tmp_path: Path) -> None:
     [
         ("timeseries.parquet", b"not parquet"),
         ("storage_trace.parquet", b"PAR1 junk"),
+        ("timeseries.parquet", b"PAR1" + b"\0" * 16 + b"PAR1"),
+        ("storage_trace.parquet", b"PAR1" + b"\0" * 16 + b"PAR1"),
+        ("instances.parquet", b"PAR1" + b"\0" * 16 + b"PAR1"),
         ("config.resolved.yaml", b"- a list\n- not a mapping\n"),
         ("config.resolved.yaml", b"name: !!python/object:os.system {}\n"),
     ],
-    ids=["junk-timeseries", "junk-storage-trace", "config-as-list", "python-tag"],
+    ids=[
+        "junk-timeseries",
+        "junk-storage-trace",
+        "footerless-timeseries",
+        "footerless-storage-trace",
+        "footerless-instances",
+        "config-as-list",
+        "python-tag",
+    ],
 )
 def test_crafted_run_directories_are_bad_input_for_every_reader(
     traced_run: Path, tmp_path: Path, name: str, content: bytes

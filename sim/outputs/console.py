@@ -51,13 +51,16 @@ def progress(scenario: Scenario, label: str) -> Iterator[Callable[[float], None]
 
 def print_summary(result: RunResult, summary_path: str = "summary.json") -> None:
     """The run's headline figures with their units; every key is in summary.json."""
-    for label, text in summary_lines(result.summary):
+    router = result.scenario.cluster.router.policy
+    for label, text in summary_lines(result.summary, router):
         click.echo(f"{label:<28}{text}")
     click.echo(f"(every key, {len(result.summary)} in all, is in {summary_path})")
 
 
-def summary_lines(s: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, value with unit) for the figures a reader of one run looks at first."""
+def summary_lines(s: dict[str, Any], router: str | None = None) -> list[tuple[str, str]]:
+    """(label, value with unit) for the figures a reader of one run looks at first; a cluster
+    (more than one instance) adds its shape first and what its servers did to each other
+    through the shared backend before the latencies."""
     prompt = s.get("prompt_tokens") or 0
 
     def tokens(key: str) -> str:
@@ -71,7 +74,7 @@ def summary_lines(s: dict[str, Any]) -> list[tuple[str, str]]:
 
     loops = s.get("loops") or 0
     heal = s.get("heal_rate")
-    return [
+    lines = [
         ("requests", f"{s.get('requests', 0):,} ({s.get('requests_finished', 0):,} finished)"),
         ("prompt", f"{prompt:,} tokens"),
         ("device hits", tokens("device_hit_tokens")),
@@ -92,6 +95,35 @@ def summary_lines(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("TTFT p50 / p99", f"{seconds('ttft_p50_s')} / {seconds('ttft_p99_s')}"),
         ("wall clock", f"{s.get('wall_s', 0):.2f} s ({s.get('events', 0):,} events)"),
     ]
+    instances = s.get("instances") or 1
+    if instances <= 1:
+        return lines
+    behind = f" behind a {router} router" if router else ""
+    shape = [
+        ("cluster", f"{instances:,} instances{behind}"),
+        ("load imbalance", f"{_fmt(s.get('load_imbalance'))} (busiest's requests / mean)"),
+    ]
+    read = human_bytes(float(s.get("read_transfer_bytes") or 0))
+    written = human_bytes(float(s.get("written_bytes") or 0))
+    across = [
+        (
+            "L3 read across servers",
+            f"{s.get('cross_instance_l3_hit_pages', 0):,} KV pages read from objects another "
+            "server stored",
+        ),
+        (
+            "cross-server rewrites",
+            f"{s.get('cross_instance_rewrite_objects', 0):,} objects put that another server "
+            "had stored",
+        ),
+        (
+            "loops stale by other server",
+            f"{s.get('loops_stale_by_other_instance', 0):,} of {loops:,} loops",
+        ),
+        ("storage traffic", f"read {read}, written {written}"),
+    ]
+    latency = next(i for i, (label, _) in enumerate(lines) if label == "TTFT p50 / p99")
+    return shape + lines[:latency] + across + lines[latency:]
 
 
 def _fmt(value: Any) -> str:

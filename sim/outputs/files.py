@@ -7,6 +7,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
+
 
 def replace_file(path: Path, write: Callable[[Path], object]) -> Path:
     """Write into a temporary file beside `path`, then rename it over `path`.
@@ -29,3 +31,21 @@ def replace_file(path: Path, write: Callable[[Path], object]) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+class UnreadableTable(ValueError):
+    """A file named like a result table that is not Parquet (junk, truncated, emptied)."""
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A result directory's Parquet table. pyarrow answers some files that are not Parquet
+    (the magic bytes around no footer) with a bare OSError; that is bad input, like the
+    ValueError it raises for others, while a missing file or a folder stays what it is."""
+    try:
+        return pd.read_parquet(path)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+        raise
+    except OSError as exc:
+        raise UnreadableTable(
+            f"{path.name}: not a readable Parquet file ({str(exc).strip()})"
+        ) from None

@@ -107,6 +107,9 @@ def run_findings(summary: Mapping[str, Any]) -> list[str]:
         outcomes.append(f"{rejected:,} were rejected (they can never fit on the device)")
     if outcomes:
         sentences.append(f"Of {_count(summary, 'requests'):,} requests, {_join(outcomes)}.")
+    cluster = _cluster(summary)
+    if cluster:
+        sentences.append(cluster)
     return sentences
 
 
@@ -189,6 +192,29 @@ def _restored(s: Mapping[str, Any]) -> str | None:
         f"Storage restored {loaded:,} prompt tokens ({percent(loaded, prompt)} of them); the "
         f"device already held {_count(s, 'device_hit_tokens'):,}."
     )
+
+
+def _cluster(s: Mapping[str, Any]) -> str | None:
+    """What the servers of a cluster did to each other through the shared backend."""
+    instances = _count(s, "instances")
+    if instances <= 1:
+        return None
+    text = f"{instances:,} servers shared one storage backend"
+    if not is_missing(s.get("load_imbalance")):
+        text += (
+            f"; the busiest received {number(s['load_imbalance'])} times the mean number of "
+            "requests"
+        )
+    loops = _count(s, "loops")
+    parts = [
+        f"{_count(s, 'cross_instance_l3_hit_pages'):,} KV pages were read from objects another "
+        "server had stored",
+        f"{_count(s, 'cross_instance_rewrite_objects'):,} objects were put again that another "
+        "server had already stored",
+        f"{_count(s, 'loops_stale_by_other_instance'):,} of the {loops:,} loops missed an object "
+        "another server's write had pushed out of storage",
+    ]
+    return f"{text}. Across servers, {_join(parts)}."
 
 
 def _join(parts: Sequence[str]) -> str:

@@ -11,14 +11,18 @@ from __future__ import annotations
 import json
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import yaml
+from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from sim.outputs.files import replace_file
+from sim.outputs.files import read_table, replace_file
 from sim.sweep import parse_target
 from sim.units import unit_of, with_unit
 
@@ -79,7 +83,7 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     for i, (color, name, run_dir) in enumerate(zip(colors, labels, run_dirs, strict=True)):
         ts_path = run_dir / "timeseries.parquet"
         if ts_path.exists():
-            ts = pd.read_parquet(ts_path)
+            ts = cluster_total(read_table(ts_path), "discards")
             same = next(
                 (first for values, first in drawn if np.array_equal(values, ts["discards"])), None
             )
@@ -113,11 +117,14 @@ def plot_run(directory: Path) -> Path:
 
 def run_figure(directory: Path) -> Figure:
     """A run's time series: discards, beliefs, device and storage occupancy, each occupancy
-    against its capacity (dashed, same colour) where the configuration bounds it."""
-    ts = pd.read_parquet(directory / "timeseries.parquet")
+    against its capacity (dashed, same colour) where the configuration bounds it. A cluster's
+    per-server series are drawn per instance (`cluster_run_figure`)."""
+    ts = read_table(directory / "timeseries.parquet")
     config_path = directory / "config.resolved.yaml"
     config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
     config = config if isinstance(config, dict) else {}
+    if len(instances_of(ts)) > 1:
+        return cluster_run_figure(directory, ts, config)
     storage_cols = [c for c in ts.columns if c.startswith("storage_")]
     fig = Figure(figsize=(12, 7), layout="constrained")
     axes = fig.subplots(2, 2)
@@ -160,6 +167,107 @@ def run_figure(directory: Path) -> Figure:
     for ax in axes.ravel():
         ax.set_xlabel("simulated time (s)")
     fig.suptitle(f"{config.get('name', directory.name)}: time series")
+    return fig
+
+
+PER_INSTANCE_LEGEND_MAX = 10
+"""Up to this many servers are told apart by colour and a legend; more by a colour scale."""
+
+
+def instances_of(ts: pd.DataFrame) -> list[int]:
+    """The servers a time series has rows for (a directory written before clusters has no
+    `instance` column: one server, 0)."""
+    if "instance" not in ts.columns:
+        return [0]
+    return sorted(int(i) for i in ts["instance"].unique())
+
+
+def cluster_total(ts: pd.DataFrame, column: str) -> pd.DataFrame:
+    """`t_s` and `column` summed over the servers at each sample time (one server's as is)."""
+    if len(instances_of(ts)) <= 1:
+        return ts[["t_s", column]]
+    total = ts.groupby("t_s", sort=True)[column].sum()
+    return pd.DataFrame({"t_s": total.index, column: total.to_numpy()})
+
+
+def _is_bound(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def cluster_run_figure(directory: Path, ts: pd.DataFrame, config: dict[str, Any]) -> Figure:
+    """A cluster's time series: each per-server series in a panel of its own with one line per
+    instance (every server is configured alike: one dashed capacity line per panel), and the
+    storage occupancy of the shared backend once."""
+    instances = instances_of(ts)
+    device = config.get("device") or {}
+    panels: list[tuple[str, str, object]] = [
+        ("discards", "cumulative discards (after warm-up)", None),
+        (
+            "existence_entries",
+            "existence cache: beliefs",
+            (config.get("existence_cache") or {}).get("entries"),
+        ),
+        ("stale_beliefs_recent_4096", "existence cache: stale among the 4,096 most recent", None),
+        ("healed_beliefs_pending", "existence cache: dropped, not yet rewritten", None),
+        ("host_pages", "host pages in use", (config.get("host") or {}).get("pages")),
+    ]
+    for col in ts.columns:
+        if col.startswith("device_"):
+            key = col.removeprefix("device_")
+            pool, _, unit = key.partition("_")
+            panels.append((col, f"device {pool} {unit}", device.get(key)))
+    shown = len(panels) + 1
+    rows = -(-shown // 3)
+    fig = Figure(figsize=(15, 3.3 * rows + 0.5), layout="constrained")
+    axes = fig.subplots(rows, 3, squeeze=False).ravel()
+    many = len(instances) > PER_INSTANCE_LEGEND_MAX
+    cmap = colormaps["viridis"]
+    span = max(1, instances[-1] - instances[0])
+
+    def color(instance: int) -> Any:
+        return cmap((instance - instances[0]) / span) if many else f"C{instance % 10}"
+
+    servers = {instance: ts[ts["instance"] == instance] for instance in instances}
+    for ax, (col, title, bound) in zip(axes, panels, strict=False):
+        for instance, rows_of in servers.items():
+            ax.plot(
+                rows_of["t_s"],
+                rows_of[col],
+                color=color(instance),
+                linewidth=0.6 if many else 1.2,
+                label=f"instance {instance}",
+            )
+        if _is_bound(bound):
+            ax.axhline(bound, color="black", linestyle="--", linewidth=1)
+            title += " (dashed: capacity)"
+        if col != "discards":
+            ax.set_yscale("symlog", linthresh=10)
+            ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 10))
+        ax.set_title(title, fontsize=10)
+    ax = axes[len(panels)]
+    shared = servers[instances[0]]
+    pools = (config.get("storage") or {}).get("pools") or {}
+    for i, col in enumerate(c for c in ts.columns if c.startswith("storage_")):
+        pool = col.removeprefix("storage_").removesuffix("_bytes")
+        ax.plot(shared["t_s"], shared[col] / 1e9, color=f"C{i}", label=pool)
+        bound = (pools.get(pool) or {}).get("capacity_gb")
+        if _is_bound(bound):
+            ax.axhline(bound, color=f"C{i}", linestyle="--", linewidth=1)
+    ax.set_title("shared storage occupancy (GB; dashed: capacity)", fontsize=10)
+    ax.legend(fontsize=8, title="pool", title_fontsize=8)
+    for ax in axes[shown:]:
+        ax.axis("off")
+    for ax in axes[:shown]:
+        ax.set_xlabel("simulated time (s)")
+    if many:
+        scale = ScalarMappable(norm=Normalize(instances[0], instances[-1]), cmap=cmap)
+        fig.colorbar(scale, ax=list(axes[:shown]), label="instance", shrink=0.6)
+    else:
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+    policy = ((config.get("cluster") or {}).get("router") or {}).get("policy")
+    router = f" behind a {policy} router" if isinstance(policy, str) else ""
+    name = config.get("name", directory.name)
+    fig.suptitle(f"{name}: time series of {len(instances)} instances{router}")
     return fig
 
 

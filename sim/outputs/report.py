@@ -25,7 +25,7 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from sim.outputs.files import replace_file
+from sim.outputs.files import read_table, replace_file
 from sim.outputs.findings import (
     capacity_findings,
     compare_findings,
@@ -151,6 +151,13 @@ def _json(path: Path) -> Any:
 def _csv(path: Path) -> pd.DataFrame:
     try:
         return pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
+
+
+def _parquet(path: Path) -> pd.DataFrame:
+    try:
+        return read_table(path)
     except (OSError, ValueError) as exc:
         raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
 
@@ -345,10 +352,16 @@ def _run_page(directory: Path) -> str:
     config_text, config = _config(directory)
     meta = _json(directory / "meta.json") if (directory / "meta.json").is_file() else {}
     name = str(config.get("name", directory.name))
+    instances = _instances(directory, summary, config)
     plots = None
     if (directory / "timeseries.parquet").is_file():
         png = _existing_png(directory, "timeseries") or _render(run_figure(directory))
         caption = "Time series: cumulative discards, existence cache, device and storage occupancy"
+        if instances is not None:
+            caption = (
+                "Time series per instance: cumulative discards, existence cache, host and device "
+                "occupancy; the shared storage occupancy"
+            )
         plots = _section("plots", "Plots", _figure(png, caption))
     rows = [[key, cell(key, value), unit_of(key)] for key, value in summary.items()]
     return _page(
@@ -359,6 +372,7 @@ def _run_page(directory: Path) -> str:
             _scenario(name, config_text),
             _findings(run_findings(summary)),
             plots,
+            instances,
             _section(
                 "summary",
                 "Summary",
@@ -367,6 +381,72 @@ def _run_page(directory: Path) -> str:
             ),
             _provenance(meta),
         ],
+    )
+
+
+CLUSTER_KEYS = (
+    "instances",
+    "load_imbalance",
+    "cross_instance_l3_hit_pages",
+    "cross_instance_rewrite_objects",
+    "loops_stale_by_other_instance",
+    "read_transfer_bytes",
+    "written_bytes",
+)
+"""The summary keys a cluster's run page shows first: its shape, what its servers did to each
+other through the shared backend, and the backend's traffic."""
+
+INSTANCE_COLUMNS = (
+    "requests",
+    "l3_loaded_rate",
+    "prefetch_issued",
+    "prefetch_discarded",
+    "discard_rate",
+    "loops",
+    "heal_rate",
+    "cross_instance_l3_hit_pages",
+    "cross_instance_rewrite_objects",
+    "loops_stale_by_other_instance",
+    "read_transfer_bytes",
+    "written_bytes",
+    "ttft_p99_s",
+)
+"""The columns of instances.parquet a cluster's run page shows, one row per server."""
+
+
+def _instances(
+    directory: Path, summary: Mapping[str, Any], config: Mapping[str, Any]
+) -> Section | None:
+    """A cluster's servers: the cluster keys and a row per server (instances.parquet); none for
+    a run of one server."""
+    path = directory / "instances.parquet"
+    if not path.is_file():
+        return None
+    table = _parquet(path)
+    if len(table) <= 1 or "instance" not in table.columns:
+        return None
+    cluster = config.get("cluster")
+    router = cluster.get("router") if isinstance(cluster, dict) else None
+    policy = router.get("policy") if isinstance(router, dict) else None
+    behind = f" behind a <code>{esc(policy)}</code> router" if isinstance(policy, str) else ""
+    keys = [key for key in CLUSTER_KEYS if key in summary]
+    cluster_rows = [[key, cell(key, summary[key]), unit_of(key)] for key in keys]
+    columns = [c for c in INSTANCE_COLUMNS if c in table.columns]
+    header = ["instance", *(c if unit_of(c) == c else _unit_header(c) for c in columns)]
+    rows = [
+        [number(r["instance"]), *(cell(c, r[c]) for c in columns)]
+        for r in table.sort_values("instance").to_dict("records")
+    ]
+    return _section(
+        "instances",
+        "Instances",
+        f"<p>{len(table):,} servers{behind} share one storage backend. The cluster's "
+        "keys (of summary.json, over all servers):</p>",
+        _table("cluster", ["key", "value", "unit"], cluster_rows, range(1, 2)),
+        "<h3>Per instance (instances.parquet)</h3>",
+        "<p>Each server's summary keys computed on its own rows (warm-up excluded); "
+        "instances.parquet has every key but the storage counters.</p>",
+        _table("instances", header, rows, range(0, len(header))),
     )
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 import yaml
 
 from sim.model.pools import POOL_KINDS
-from sim.outputs.files import replace_file
+from sim.outputs.files import read_table, replace_file
 from sim.runner import RunResult
 from sim.scenario import Scenario, scenario_document
 from sim.sizes import annotate_yaml, size_notes
@@ -98,7 +98,7 @@ def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
     pools = [name for name in POOL_KINDS if config["model"].get(name)]
     if pool not in pools:
         raise PoolNotInRun(f"pool {pool!r} is not in this run (pools: {', '.join(pools)})")
-    trace = pd.read_parquet(trace_path)
+    trace = read_table(trace_path)
     rows = trace[trace["pool"] == pool]
     frame = pd.DataFrame(
         {

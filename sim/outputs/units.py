@@ -16,6 +16,8 @@ BY_KEY = {
     "requests": "requests",
     "loops": "loops",
     "events": "events",
+    "instances": "servers",
+    "load_imbalance": "ratio",
 }
 BY_SUFFIX = (
     ("_bytes", "bytes"),
