@@ -52,7 +52,13 @@ def test_notebook_runs_in_small_mode(path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_notebooks_exist() -> None:
     names = {p.stem for p in NOTEBOOKS}
-    assert {"heal_rate_curves", "capacity_planning", "trace_replay"} <= names
+    assert {
+        "heal_rate_curves",
+        "capacity_planning",
+        "checkpoint_interval",
+        "cluster_sharing",
+        "trace_replay",
+    } <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
