@@ -28,7 +28,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results.csv"
+RECORD = "bench/results.csv"
+RESULTS = REPO / RECORD
 """The committed record; `--record` appends to it. Without it a run writes its own CSV under
 results/bench/, so benchmarking never leaves the work tree dirty."""
 CONVERSATION = REPO / "scenarios" / "mooncake_conversation.yaml"
@@ -181,8 +182,16 @@ def commit() -> str:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
         )
+        # The record's own new rows (a run recorded before this one) do not make a tree dirty.
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                f":(top,exclude){RECORD}",
+            ],
             capture_output=True,
             text=True,
             cwd=REPO,
