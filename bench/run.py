@@ -1,8 +1,10 @@
 """Benchmarks: the machine's SimPy yardstick, the simulator's throughput and memory, sweep speed-up.
 
     python bench/run.py [--repeat 3] [--sizes 10000,100000,1000000] [--quick] [--record]
+                        [--cluster-instances 8] [--only CASE,...]
 
-Each case runs in a fresh subprocess (so peak RSS is that case's own) and is repeated; figures
+Each case runs in a fresh subprocess (so peak RSS is that case's own) and is repeated, in rounds
+(every case once per round, so the cases a ratio compares are measured interleaved); figures
 are medians. Results go to results/bench/bench-<UTC time>.csv, or with `--record` are appended
 to bench/results.csv (the committed record), with the commit, the command, versions and the
 machine; the ratios the performance targets are stated in are printed at the end.
@@ -26,7 +28,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results.csv"
+RECORD = "bench/results.csv"
+RESULTS = REPO / RECORD
 """The committed record; `--record` appends to it. Without it a run writes its own CSV under
 results/bench/, so benchmarking never leaves the work tree dirty."""
 CONVERSATION = REPO / "scenarios" / "mooncake_conversation.yaml"
@@ -93,6 +96,39 @@ def demo_at(requests: int) -> list[str]:
     return [f"workload.requests={requests}", f"duration_s={requests / 4 + 600}", "warmup_s=0"]
 
 
+def cluster_at(requests: int, instances: int, policy: str) -> list[str]:
+    """The same workload and server, `instances` servers behind a `policy` router: arrivals
+    scaled by 1/instances, so each server sees the single server's load."""
+    return [
+        f"workload.requests={requests}",
+        f"duration_s={requests / 4 / instances + 600}",
+        "warmup_s=0",
+        f"cluster.instances={instances}",
+        "cluster.scale_arrivals=true",
+        f"cluster.router.policy={policy}",
+    ]
+
+
+CLUSTER_POLICIES = ("cache_aware", "round_robin")
+"""The gateway's default at every size; round-robin, for comparison, below 1M requests."""
+
+
+def cluster_cases(requests: int, instances: int) -> list[tuple[str, dict[str, object]]]:
+    """The cluster cases at `requests` requests, one per router."""
+    policies = CLUSTER_POLICIES if requests < 1_000_000 else CLUSTER_POLICIES[:1]
+    return [
+        (
+            f"cluster{instances}_{policy}_{requests}",
+            {
+                "kind": "sim",
+                "scenario": str(SHARED_PREFIX),
+                "overrides": cluster_at(requests, instances, policy),
+            },
+        )
+        for policy in policies
+    ]
+
+
 def kv_only_demo(folder: Path) -> Path:
     """The shared-prefix scenario without its SWA pool, in `folder` (an override can set a key,
     not drop it)."""
@@ -146,8 +182,16 @@ def commit() -> str:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
         )
+        # The record's own new rows (a run recorded before this one) do not make a tree dirty.
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                f":(top,exclude){RECORD}",
+            ],
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -175,6 +219,18 @@ def main() -> None:
     parser.add_argument(
         "--scaling-requests", type=int, default=10_000, help="requests per scaling case (0: skip)"
     )
+    parser.add_argument(
+        "--cluster-instances",
+        type=int,
+        default=8,
+        help="servers in the cluster cases, run at each size (0: skip)",
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run only the cases whose names start with one of these (comma-separated; "
+        "'sweep' names the sweeps), e.g. shared_prefix_1000000,cluster8_cache_aware_1000000",
+    )
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.repeat = "10000,100000", 1
@@ -186,12 +242,19 @@ def main() -> None:
         ("mooncake_conversation", {"kind": "sim", "scenario": str(CONVERSATION)}, args.repeat),
     ]
     for n in sizes:
+        # A size's cluster cases right after its single server: the ratio is taken back to back.
         spec = {"kind": "sim", "scenario": str(SHARED_PREFIX), "overrides": demo_at(n)}
-        cases.append((f"shared_prefix_{n}", spec, args.repeat if n < 1_000_000 else 1))
+        sized = [(f"shared_prefix_{n}", spec)]
+        if args.cluster_instances:
+            sized += cluster_cases(n, args.cluster_instances)
+        cases += [(name, case, args.repeat if n < 1_000_000 else 1) for name, case in sized]
     scratch = tempfile.TemporaryDirectory(prefix="hicache-bench-")
     if args.scaling_requests:
         scaling = scaling_cases(args.scaling_requests, Path(scratch.name))
         cases += [(name, case, args.repeat) for name, case in scaling]
+    only = tuple(name for name in args.only.split(",") if name)
+    if only:
+        cases = [case for case in cases if case[0].startswith(only)]
 
     rows = []
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
@@ -199,8 +262,16 @@ def main() -> None:
     machine = f"{platform.machine()} {os.cpu_count()} cores {platform.system()}"
     command = " ".join(["python", "bench/run.py", *sys.argv[1:]])
     medians: dict[str, dict[str, float]] = {}
-    for name, case, repeat in cases:
-        samples = [run_case(case) for _ in range(repeat)]
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in cases}
+    for round_ in range(max((repeat for _, _, repeat in cases), default=0)):
+        for name, case, repeat in cases:
+            if round_ < repeat:
+                runs[name].append(run_case(case))
+                wall = runs[name][-1]["wall_s"]
+                load = os.getloadavg()[0]
+                print(f"  round {round_ + 1}: {name} {wall:.1f} s, load {load:.1f}", flush=True)
+    for name, _, repeat in cases:
+        samples = runs[name]
         wall = statistics.median(s["wall_s"] for s in samples)
         med = {
             "wall_s": wall,
@@ -216,6 +287,9 @@ def main() -> None:
         for extra in ("imports_rss_mib", "tables_mib"):
             if extra in samples[0]:
                 med[extra] = statistics.median(s[extra] for s in samples)
+        single = medians.get(f"shared_prefix_{name.rsplit('_', 1)[-1]}")
+        if name.startswith("cluster") and single:
+            med["us_per_request_vs_single"] = med["us_per_request"] / single["us_per_request"]
         medians[name] = med
         print(f"{name:24s} " + "  ".join(f"{k}={v:,.1f}" for k, v in med.items()), flush=True)
         for metric, value in med.items():
@@ -223,19 +297,29 @@ def main() -> None:
                 [stamp, revision, command, versions(), machine, name, metric, value, repeat]
             )
 
-    serial = statistics.median(sweep_wall("serial", 1, SWEEP_SEEDS) for _ in range(args.repeat))
-    process = statistics.median(sweep_wall("process", 2, SWEEP_SEEDS) for _ in range(args.repeat))
-    for name, value in (("sweep_serial_wall_s", serial), ("sweep_process2_wall_s", process)):
-        rows.append([stamp, revision, command, versions(), machine, name, "wall_s", value, 1])
-    runs = 10 * SWEEP_SEEDS
-    print(f"sweep ({runs} runs, run_sweep only): serial {serial:.1f} s, process x2 {process:.1f} s")
+    sweeps = not only or "sweep".startswith(only)
+    if sweeps:
+        repeat = args.repeat
+        serial = statistics.median(sweep_wall("serial", 1, SWEEP_SEEDS) for _ in range(repeat))
+        process = statistics.median(sweep_wall("process", 2, SWEEP_SEEDS) for _ in range(repeat))
+        for name, value in (("sweep_serial_wall_s", serial), ("sweep_process2_wall_s", process)):
+            rows.append([stamp, revision, command, versions(), machine, name, "wall_s", value, 1])
+        sweep_runs = 10 * SWEEP_SEEDS
+        print(
+            f"sweep ({sweep_runs} runs, run_sweep only): "
+            f"serial {serial:.1f} s, process x2 {process:.1f} s"
+        )
 
-    yard = medians["simpy_timeout_loop"]["events_per_s"]
     print("\nratios against the performance targets (docs/performance.md):")
-    print(f"  conversation trace wall: {medians['mooncake_conversation']['wall_s']:.2f} s")
-    for name, med in medians.items():
-        if name != "simpy_timeout_loop":
-            print(f"  {name}: events/s = {med['events_per_s'] / yard:.0%} of the bare SimPy loop")
+    if "mooncake_conversation" in medians:
+        print(f"  conversation trace wall: {medians['mooncake_conversation']['wall_s']:.2f} s")
+    if "simpy_timeout_loop" in medians:
+        yard = medians["simpy_timeout_loop"]["events_per_s"]
+        for name, med in medians.items():
+            if name != "simpy_timeout_loop":
+                print(
+                    f"  {name}: events/s = {med['events_per_s'] / yard:.0%} of the bare SimPy loop"
+                )
     small, large = f"shared_prefix_{sizes[0]}", f"shared_prefix_{sizes[-1]}"
     if small in medians and large in medians and small != large:
         ratio = medians[large]["us_per_request"] / medians[small]["us_per_request"]
@@ -245,7 +329,15 @@ def main() -> None:
             f"  peak RSS at {sizes[-1]:,}: {big['peak_rss_mib']:.0f} MiB "
             f"(imports {big['imports_rss_mib']:.0f} MiB, final tables {big['tables_mib']:.0f} MiB)"
         )
-    print(f"  process sweep on 2 workers: {serial / process:.2f}x serial")
+    for name, med in medians.items():
+        if "us_per_request_vs_single" in med:
+            print(
+                f"  {name}: {med['us_per_request']:.0f} us per request, "
+                f"{med['us_per_request_vs_single']:.2f}x the single server's, "
+                f"peak RSS {med['peak_rss_mib']:.0f} MiB"
+            )
+    if sweeps:
+        print(f"  process sweep on 2 workers: {serial / process:.2f}x serial")
 
     target = RESULTS if args.record else REPO / "results" / "bench" / f"bench-{stamp[:19]}.csv"
     target = target.with_name(target.name.replace(":", ""))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -153,7 +153,16 @@ class PrefixTree:
     def match(self, prompt: Sequence[int]) -> int:
         """Leading pages of `prompt` this tree holds."""
         pages = self.pages
-        lo, hi = 0, len(prompt)
+        hi = len(prompt)
+        # Prefix-closed: a tree without the first page holds none, one with the last holds all
+        # (most trees, for most requests: the servers a prompt was never routed to, and the one
+        # it was).
+        if not hi or prompt[0] not in pages:
+            return 0
+        if prompt[hi - 1] in pages:
+            return hi
+        lo = 1
+        hi -= 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if prompt[mid - 1] in pages:
@@ -163,10 +172,21 @@ class PrefixTree:
         return lo
 
     def insert(self, prompt: Sequence[int]) -> None:
+        """Make `prompt`'s pages the most recently routed, its first page last."""
         pages = self.pages
+        refresh = pages.move_to_end
+        if prompt and prompt[-1] in pages:
+            # Prefix-closed, so the tree holds every page: refresh them in one C-level pass.
+            try:
+                deque(map(refresh, reversed(prompt)), maxlen=0)
+                return
+            except KeyError:  # not prefix-closed after all: the loop below moves every page
+                pass
         for key in reversed(prompt):
-            pages[key] = None
-            pages.move_to_end(key)
+            if key in pages:
+                refresh(key)
+            else:
+                pages[key] = None
 
     def trim(self, max_pages: int) -> None:
         pages = self.pages

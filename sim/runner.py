@@ -84,12 +84,16 @@ def _cluster_tables(sim: Simulation) -> dict[str, pd.DataFrame]:
     per_server = [server.records.tables() for server in sim.servers]
     tables: dict[str, pd.DataFrame] = {}
     for name, time_column in TABLE_TIMES.items():
-        frames = [t[name] for t in per_server]
+        # Taken out of the servers' tables, so each server's frame is freed once stacked.
+        frames = [t.pop(name) for t in per_server]
         for instance, frame in enumerate(frames):
             frame.insert(0, "instance", instance)
-        table = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        if len(frames) > 1:
-            table = table.sort_values(time_column, kind="stable").reset_index(drop=True)
+        if len(frames) == 1:
+            tables[name] = frames[0]
+            continue
+        table = pd.concat(frames, ignore_index=True)
+        del frames
+        table = table.sort_values(time_column, kind="stable").reset_index(drop=True)
         tables[name] = table
     return tables
 

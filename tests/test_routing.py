@@ -87,6 +87,32 @@ def test_prefix_tree_matches_the_longest_routed_prefix_and_trims_leaves_first() 
     assert set(tree.pages) == {*chain(1, 3), chain(2, 1)[0]}
 
 
+def test_prefix_tree_refreshes_exactly_like_one_move_per_page() -> None:
+    """insert's C-level refresh of a prompt the tree holds, and its fallback for a prompt it
+    holds only the end of, leave the recency order the plain per-page loop leaves."""
+
+    def reference(order: list[int], prompt: list[int]) -> list[int]:
+        for key in reversed(prompt):
+            if key in order:
+                order.remove(key)
+            order.append(key)
+        return order
+
+    rng = np.random.default_rng(3)
+    tree, order = PrefixTree(), []
+    prompts = [chain(int(rng.integers(1, 5)), 6)[: int(rng.integers(1, 7))] for _ in range(200)]
+    for prompt in prompts:
+        tree.insert(prompt)
+        assert list(tree.pages) == reference(order, prompt)
+    tree.insert(chain(1, 6))
+    del tree.pages[chain(1, 6)[0]]  # not prefix-closed (insert never leaves a tree so)
+    tree.insert([9, *chain(1, 6)[1:]])
+    assert list(tree.pages)[-6:] == [*chain(1, 6)[:0:-1], 9]
+    tree.insert(chain(1, 6))
+    assert list(tree.pages)[-6:] == chain(1, 6)[::-1]
+    assert tree.match(chain(1, 6)) == 6
+
+
 def test_cache_aware_follows_the_cache_above_its_threshold() -> None:
     r = router("cache_aware", 3)
     assert isinstance(r, CacheAware)

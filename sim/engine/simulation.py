@@ -136,8 +136,13 @@ class Simulation:
             self.route(req)
 
     def route(self, req: Request) -> None:
-        """Hand a request to the server the router picks."""
-        self.servers[self.router.route(req, self.servers, self.env.now)].arrive(req)
+        """Hand a request to the server the router picks (a lone server takes every request:
+        its router, which could only pick it, is not asked)."""
+        servers = self.servers
+        if len(servers) == 1:
+            servers[0].arrive(req)
+        else:
+            servers[self.router.route(req, servers, self.env.now)].arrive(req)
 
     def _left(self, server: Server, req: Request, outcome: str) -> None:
         """A request left a server: a finished turn may be followed by the next."""
