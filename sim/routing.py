@@ -206,12 +206,15 @@ class CacheAware:
         self.trees = [PrefixTree() for _ in range(servers)]
         self.max_pages = max(1, spec.max_tree_tokens // page_size)
         self.next_trim_s = spec.eviction_interval_s
+        """The gateway trims on a timer, every interval; here at the first routing after each
+        tick (the trees are only read when routing)."""
 
     def route(self, req: Request, servers: Sequence[ServerLoad], now_s: float) -> int:
         if now_s >= self.next_trim_s:
             for tree in self.trees:
                 tree.trim(self.max_pages)
-            self.next_trim_s = now_s + self.spec.eviction_interval_s
+            every = self.spec.eviction_interval_s
+            self.next_trim_s = (now_s // every + 1) * every
         prompt = req.pages[: req.prompt_pages]
         chosen = self._choose(prompt, servers)
         self.trees[chosen].insert(prompt)
