@@ -126,8 +126,12 @@ def _instance_summaries(
     """One summary row per server: the summary keys computed on its own rows and loops (the
     storage counters, which belong to the shared backend, and the run's cost are left out)."""
     rows = []
+    alone = len(sim.servers) == 1
     for server in sim.servers:
-        own = {name: t[t["instance"] == server.instance] for name, t in tables.items()}
+        # A lone server's rows are all the rows: no filtered copy of every table.
+        own = (
+            tables if alone else {n: t[t["instance"] == server.instance] for n, t in tables.items()}
+        )
         loops = server.model.loops.all_loops()
         row = summarize(
             own,

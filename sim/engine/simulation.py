@@ -87,12 +87,11 @@ class Simulation:
         link_gbps = scenario.cluster.link_gbps
         cap = None if link_gbps is None else link_gbps * GB
         if len(self.cluster.servers) == 1:
-            return (
-                DedicatedLink(env, storage.read_bps if cap is None else min(storage.read_bps, cap)),
-                DedicatedLink(
-                    env, storage.write_bps if cap is None else min(storage.write_bps, cap)
-                ),
-            )
+
+            def alone(bytes_per_s: float) -> DedicatedLink:
+                return DedicatedLink(env, bytes_per_s if cap is None else min(bytes_per_s, cap))
+
+            return alone(storage.read_bps), alone(storage.write_bps)
         return (
             SharedBandwidth(env, storage.read_bps, cap),
             SharedBandwidth(env, storage.write_bps, cap),
