@@ -34,8 +34,8 @@ from sim.scenario import (
     Scenario,
     ScenarioError,
     SweepSpec,
-    apply_override,
     build_scenario,
+    point_document,
     scenario_document,
 )
 from sim.sweep import compute, confidence, parse_target, plan
@@ -166,9 +166,7 @@ class CapacitySearch:
 
     def check_value(self, value: float, option: str) -> None:
         """Refuse, naming `option`, a value the scenario does not accept for the parameter."""
-        doc = scenario_document(self.scenario)
-        doc.pop("sweep", None)
-        apply_override(doc, self.param, value, source=option)
+        doc = point_document(self.scenario, [(self.param, value)], option)
         try:
             build_scenario(doc, option)
         except ScenarioError as exc:

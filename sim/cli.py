@@ -22,6 +22,7 @@ import click
 import pandas as pd
 import yaml
 
+from sim.deployment.resolve import USER, get, show_value
 from sim.outputs.console import format_table, print_summary, progress
 from sim.runner import run
 from sim.scenario import (
@@ -33,6 +34,7 @@ from sim.scenario import (
     load_scenario,
     parse_override,
     read_document,
+    scenario_document,
     scenario_model,
 )
 from sim.variants import Variant, VariantSet
@@ -304,6 +306,7 @@ def sweep_cmd(
     provenance = {
         "scenario": sc.name,
         "grid": sc.sweep.grid if sc.sweep else {},
+        "variants": sc.sweep.variants if sc.sweep else {},
         "target": sc.sweep.target if sc.sweep else None,
         **meta(0.0, sc.seed),
     }
@@ -521,6 +524,7 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     requests = _trace_requests(sc)
     extra = f", trace {path} ({requests} requests)" if path is not None else ""
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
+    _print_sources(sc)
     raw = read_document(Path(scenario))
     for item in overrides:
         key, value = parse_override(item)
@@ -530,6 +534,21 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
             f"note: storage.pools.{pool} is not given: the {pool} pool is stored unbounded and "
             "fault-free (the defaults; the resolved configuration lists them)"
         )
+
+
+def _print_sources(scenario: Scenario) -> None:
+    """The values a profile, a preset or SGLang's rules set, and the scenario's own values that
+    differ from its profiles."""
+    doc = scenario_document(scenario)
+    given = scenario.sources.from_profiles()
+    if given:
+        click.echo("from profiles, the preset and SGLang's rules:")
+    for key, source in given.items():
+        click.echo(f"  {key} = {show_value(get(doc, key))}  ({source})")
+    for key, source in scenario.sources.of.items():
+        if source.startswith(f"{USER};"):
+            shown = show_value(get(doc, key))
+            click.echo(f"note: {key} = {shown} is the scenario's own;{source[len(USER) + 1 :]}")
 
 
 @cli.command("export-trace")
@@ -555,6 +574,58 @@ def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
         except PoolNotInRun as exc:
             raise ScenarioError(str(run_dir), "--pool", str(exc)) from None
     click.echo(f"wrote {target} ({n} requests of pool {pool})")
+
+
+@cli.command("calibrate")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Hardware profile to write (default: hardware-<device name>.yaml here).",
+)
+@click.option(
+    "--device",
+    "device_index",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="CUDA device index.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Timed repetitions per measurement (the median is kept).",
+)
+@click.option("--force", is_flag=True, help="Replace an existing --out.")
+@_bad_input
+def calibrate_cmd(out: Path | None, device_index: int, repeats: int, force: bool) -> None:
+    """Measure this CUDA GPU's host link and memory; write a file a scenario names as
+    `hardware: {calibration: FILE}`. Needs PyTorch with CUDA (the `calibrate` extra)."""
+    from sim import calibrate
+
+    if out is not None:
+        _check_path("--out", out)
+        if (out.exists() or out.is_symlink()) and not force:
+            raise FileExistsError(f"{out} already exists (use --force to replace it)")
+    try:
+        measurer = calibrate.open_measurer(device_index, repeats)
+    except calibrate.CalibrationUnavailable as exc:
+        click.echo(
+            "error: calibrate needs PyTorch with a CUDA GPU "
+            f"(pip install 'hicache-sim[calibrate]'): {exc}",
+            err=True,
+        )
+        sys.exit(1)
+    target = out or calibrate.default_out(measurer.device_name())
+    if (target.exists() or target.is_symlink()) and not force:
+        raise FileExistsError(f"{target} already exists (use --force to replace it)")
+    click.echo(f"measuring {measurer.device_name()} (about a minute)", err=True)
+    result = calibrate.calibrate(measurer)
+    click.echo(calibrate.format_calibration(result))
+    calibrate.write_calibration(result, target, force=force)
+    click.echo(f"wrote {target}")
 
 
 @cli.command("schema")

@@ -17,13 +17,16 @@ import copy
 import difflib
 import re
 import reprlib
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, cast, get_args
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationError,
     create_model,
@@ -31,6 +34,9 @@ from pydantic import (
     model_validator,
 )
 
+from sim.deployment.hardware import GPUS
+from sim.deployment.profiles import CUSTOM, SGLANG_ERAS, STORAGE_BACKENDS, refusals
+from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
 from sim.documents import apply_override, layered, parse_override, read_document
 from sim.heal import RULES
 from sim.model.pools import KV, POOL_KINDS, KVPoolSpec, PoolSpec
@@ -69,6 +75,7 @@ __all__ = [
     "defaulted_storage_pools",
     "load_scenario",
     "parse_override",
+    "point_document",
     "read_document",
     "scenario_model",
 ]
@@ -155,7 +162,22 @@ class DeviceSpec(Strict):
 class HostSpec(Strict):
     mode: Literal["buffer_only", "cache"] = "buffer_only"
     pages: PositiveInt
+    """Host pool pages; when left out, `hicache_ratio` x `device.kv_pages` (SGLang's rule)."""
+    hicache_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1e3)] | None = None
+    """SGLang's --hicache-ratio: null is its default, 2.0 in cache mode and 1.2 in buffer_only
+    mode. Used only to derive a `pages` the scenario leaves out."""
     pcie_gbps: PositiveFloat = 50.0
+    """Host-device bandwidth of the io path: a GPU profile gives the gather kernel's rate for
+    `kernel` io and the bulk copy rate for `direct` io."""
+    io_backend: Literal["kernel", "direct"] = "kernel"
+    """SGLang's --hicache-io-backend: `kernel` (a gather kernel reads host memory directly) or
+    `direct` (one cudaMemcpyAsync per layer per page, each paying `copy_overhead_us`)."""
+    mem_layout: Literal["layer_first", "page_first", "page_first_direct"] = "page_first"
+    """SGLang's --hicache-mem-layout. SGLang switches page_first_direct to direct io, direct io
+    to page_first_direct, and Mooncake off layer_first; a Mamba host pool needs a page_first
+    layout."""
+    copy_overhead_us: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
+    """What each copy of `direct` io costs beyond its bytes (a GPU profile gives it)."""
 
 
 class StoragePoolSpec(Strict):
@@ -173,6 +195,9 @@ class StoragePoolSpec(Strict):
 
 
 class StorageSpec(Strict):
+    backend: str | None = None
+    """One of `sim.deployment.profiles.STORAGE_BACKENDS` (or `custom`, the same as null): its
+    hit query, write dedup and eviction order become the defaults of the keys below."""
     hit_query: str = "min_of_pools"
     """One of `sim.model.storage.HIT_QUERIES`; the default is what SGLang's hybrid backends do."""
     read_gbps: PositiveFloat = 10.0
@@ -182,6 +207,16 @@ class StorageSpec(Strict):
     """How long an object removed by a backend-side eviction still answers `exists` (the file
     backend's optional metadata cache: 5 s when enabled)."""
     pools: dict[str, StoragePoolSpec] = Field(default_factory=dict)
+    write_dedup: bool = True
+    """A put of a key the backend reports as stored is skipped (file, hf3fs, Mooncake); false
+    writes it again (nixl)."""
+    eviction: Literal["lru", "fifo", "lease"] = "lru"
+    """Which object a full pool evicts: `lru` (least recently read or rewritten), `fifo`
+    (oldest write), `lease` (Mooncake: least recently touched, `exists` included)."""
+    eviction_high_watermark_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1.0)] = 1.0
+    """A pool evicts once it holds more than this share of its capacity (Mooncake: 0.9)..."""
+    eviction_ratio: Annotated[float, Field(strict=True, ge=0.0, lt=1.0)] = 0.0
+    """...and then evicts this share of its objects at once (Mooncake: 0.05); 0: one."""
 
 
 class ExistenceCacheSpec(Strict):
@@ -260,8 +295,52 @@ class ClusterSpec(Strict):
     server sees without this (follow-up turns keep their think times)."""
 
 
+class ServerSpec(Strict):
+    """`server:` — which SGLang the server runs and the arguments that size it."""
+
+    sglang: str | None = None
+    """One of `sim.deployment.profiles.SGLANG_ERAS` (or `custom`, the same as null): that
+    era's HiCache defaults become the defaults of the scenario's keys, and what the era's
+    server refuses to start with is bad input."""
+    tp_size: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
+    """Tensor parallelism: sizes one rank's share of the weights and heads when the device is
+    sized from `hardware` (the simulated server is one rank)."""
+    mem_fraction_static: Annotated[float, Field(strict=True, gt=0.0, lt=1.0)] | None = None
+    """SGLang's --mem-fraction-static; null: SGLang's rule from the GPU's memory."""
+    swa_full_tokens_ratio: Annotated[float, Field(strict=True, gt=0.0, le=16.0)] = 0.8
+    """SWA pool tokens per full-attention token when the device is sized from memory."""
+    mamba_full_memory_ratio: Annotated[float, Field(strict=True, gt=0.0, le=100.0)] = 0.9
+    """Mamba state memory per unit of full-attention pool memory, likewise."""
+
+
+class HardwareSpec(Strict):
+    """`hardware:` — the GPU: its memory and its host link."""
+
+    gpu: str | None = None
+    """One of `sim.deployment.hardware.GPUS` (or `custom`: give the values below)."""
+    calibration: str | None = None
+    """A file written by `hicache-sim calibrate`: its measured values become the defaults of
+    the values below (instead of `gpu`'s)."""
+    memory_mib: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = None
+    """GPU memory as nvidia-smi reports it: picks SGLang's chunk size and memory fraction and,
+    with a model preset, sizes the device pools."""
+    kernel_gbps: Annotated[float, Field(strict=True, gt=0.0, le=1e4)] | None = None
+    """Host-to-device rate of a kernel reading host memory (`kernel` io)."""
+    bulk_gbps: Annotated[float, Field(strict=True, gt=0.0, le=1e4)] | None = None
+    """Host-to-device rate of large copies (`direct` io)."""
+    copy_overhead_us: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] | None = None
+    """Cost of one copy beyond its bytes (`direct` io)."""
+
+
+VariantLabel = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,79}$")]
+
+
 class SweepSpec(Strict):
     seeds: PositiveInt = 1
+    variants: dict[VariantLabel, dict[str, Any]] = Field(default_factory=dict)
+    """Labelled sets of keys, one axis of the sweep (its column is `variant`): rows that differ
+    in several keys at once, such as deployments (`pr36386-file: {server.sglang: pr36386,
+    storage.backend: file}`), crossed with the grid."""
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     target: (
         Annotated[str, Field(pattern=r"^\s*[a-z0-9_]+\s*(>=|<=)\s*-?[0-9.eE+-]+\s*$")] | None
@@ -285,6 +364,8 @@ class Scenario(Strict):
     """Bounded so simulated times stay exact in integer microseconds (export-trace's
     timestamps) and far inside a float's precision."""
     warmup_s: NonNegFloat = 0.0
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec)
     model: ModelSpec
     device: DeviceSpec
     host: HostSpec
@@ -297,12 +378,24 @@ class Scenario(Strict):
     workload: WorkloadSpec
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     sweep: SweepSpec | None = None
+    _sources: Sources = PrivateAttr(default_factory=Sources)
+    _written: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Scenario:
         pools = self.model.pools
         if self.warmup_s >= self.duration_s:
             raise KeyedError("warmup_s", "must be smaller than duration_s")
+        era = SGLANG_ERAS.get(self.server.sglang or "")
+        if era is not None:
+            for key, message in refusals(era, pools, self.host.mode):
+                raise KeyedError(key, message)
+        if "mamba" in pools and self.host.mem_layout == "layer_first":
+            raise KeyedError(
+                "host.mem_layout",
+                "SGLang's Mamba host pool needs page_first or page_first_direct "
+                "(MambaPoolHost asserts it)",
+            )
         for kind in POOL_KINDS.values():
             if kind.name == KV:
                 continue
@@ -328,22 +421,27 @@ class Scenario(Strict):
                 raise KeyedError(f"storage.pools.{pool}", self._lacks(pool))
         self.workload.check(self.model.page_size)
         if self.sweep is not None:
-            for key in self.sweep.grid:
+            for where, key in self._swept_keys():
                 if key.split(".")[0] == "sweep":
-                    raise KeyedError(f"sweep.grid.{key}", "a sweep cannot sweep itself")
+                    raise KeyedError(where, "a sweep cannot sweep itself")
                 if key == "seed":
                     raise KeyedError(
-                        "sweep.grid.seed",
+                        where,
                         "a sweep's seeds are its sweep.seeds replications, derived from the "
                         "scenario's seed; set sweep.seeds (or the scenario's seed) instead",
                     )
-                if key == "model.preset":
-                    raise KeyedError(
-                        f"sweep.grid.{key}",
-                        "a sweep point starts from this scenario's derived sizes, which would "
-                        "override another preset's: write one scenario per preset",
-                    )
+                if where.startswith("sweep.variants.") and key in self.sweep.grid:
+                    raise KeyedError(where, f"{key} is also swept by sweep.grid; set it once")
         return self
+
+    def _swept_keys(self) -> Iterator[tuple[str, str]]:
+        """(where it is set, dotted key) for every key the sweep sets."""
+        assert self.sweep is not None
+        for key in self.sweep.grid:
+            yield f"sweep.grid.{key}", key
+        for label, sets in self.sweep.variants.items():
+            for key in sets:
+                yield f"sweep.variants.{label}.{key}", key
 
     def _preset_pools(self) -> tuple[str, ...]:
         preset = MODEL_PRESETS.get(self.model.preset or "")
@@ -382,8 +480,46 @@ class Scenario(Strict):
         return super().model_json_schema(*args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle as the resolved document: the validating class is built at run time."""
-        return (build_scenario, (scenario_document(self), "<pickled scenario>"))
+        """Pickle as the resolved document (the validating class is built at run time), with
+        where its values came from and what the scenario wrote."""
+        return (_restore, (scenario_document(self), self._sources.of, self._written))
+
+    def __eq__(self, other: object) -> bool:
+        """The same scenario: the same values, wherever they came from."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return isinstance(other, Scenario) and self.__dict__ == other.__dict__
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> Scenario:
+        """A variant: the updated sections count as written by the scenario, so a sweep or a
+        capacity search over the copy starts from them."""
+        clone = super().model_copy(update=update, deep=deep)
+        if update:
+            written = copy.deepcopy(self._written)
+            sources = {
+                key: source
+                for key, source in self._sources.of.items()
+                if key.split(".")[0] not in update
+            }
+            for key, value in update.items():
+                plain = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+                written[key] = plain
+                sources.update({leaf: USER for leaf in leaves({key: plain})})
+            clone._written, clone._sources = written, Sources(sources)
+        return clone
+
+    @property
+    def sources(self) -> Sources:
+        """Where each value came from: the scenario, a profile, a derivation or the default."""
+        return self._sources
+
+    @property
+    def written(self) -> dict[str, Any]:
+        """What the scenario wrote (file and overrides), before profiles and derivations: the
+        base a sweep point or a capacity evaluation sets its keys on."""
+        return copy.deepcopy(self._written)
 
 
 def _one_of(registry: Registry[Any]) -> Any:
@@ -416,8 +552,16 @@ def scenario_model() -> type[Scenario]:
         WORKLOAD_KINDS,
         MODEL_PRESETS,
         ROUTERS,
+        SGLANG_ERAS,
+        STORAGE_BACKENDS,
+        GPUS,
     )
     return _schema(*(r.version for r in registries))
+
+
+def _profile_names(registry: Registry[Any]) -> Any:
+    """`Literal[...]` of a profile registry's names and `custom`, or null."""
+    return Literal.__getitem__((*registry.names(), CUSTOM)) | None  # type: ignore[operator]
 
 
 @cache
@@ -441,6 +585,19 @@ def _schema(*versions: int) -> type[Scenario]:
         __base__=StorageSpec,
         hit_query=(_one_of(HIT_QUERIES), _default(StorageSpec, "hit_query")),
         pools=(_pool_map(), Field(default_factory=dict)),
+        backend=(_profile_names(STORAGE_BACKENDS), None),
+    )
+    server = create_model(
+        "ServerSpec",
+        __base__=ServerSpec,
+        __doc__=ServerSpec.__doc__,
+        sglang=(_profile_names(SGLANG_ERAS), None),
+    )
+    hardware = create_model(
+        "HardwareSpec",
+        __base__=HardwareSpec,
+        __doc__=HardwareSpec.__doc__,
+        gpu=(_profile_names(GPUS), None),
     )
     prefetch = create_model(
         "PrefetchSpec",
@@ -472,6 +629,8 @@ def _schema(*versions: int) -> type[Scenario]:
             "Scenario",
             __base__=Scenario,
             __doc__=Scenario.__doc__,
+            server=(server, Field(default_factory=server)),
+            hardware=(hardware, Field(default_factory=hardware)),
             model=(model, ...),
             device=(device, ...),
             storage=(storage, Field(default_factory=storage)),
@@ -486,30 +645,74 @@ def _schema(*versions: int) -> type[Scenario]:
 def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     """Validate a plain mapping; errors name `source` and every offending dotted key.
 
-    Size strings ('80GiB', '65536 tokens') are converted to each key's unit first. Every problem
-    the schema finds is reported at once, each with the value it got, the unit it expects and,
-    for a misspelt key or choice, the nearest known one.
+    The profiles the document names are layered under it and what SGLang derives from them is
+    filled in (`sim.deployment.resolve`); size strings ('80GiB', '65536 tokens') are converted
+    to each key's unit. Every problem is reported at once, each with the value it got, the unit
+    it expects and, for a misspelt key or choice, the nearest known one.
     """
-    doc = copy.deepcopy(doc)
+    written = copy.deepcopy(doc)
+    profiled = layer_profiles(written)
+    doc = copy.deepcopy(profiled.doc)
     model = _expanded_model(doc.get("model"))
+    _label_preset(model, written, profiled.sources)
     problems: list[tuple[str | None, str]] = [
-        (e.key, e.message) for e in normalize_sizes(doc, model)
+        *profiled.problems,
+        *((e.key, e.message) for e in normalize_sizes(doc, model)),
     ]
+    derived = derive(doc, model, profiled.sources, schema_default)
+    problems += [(e.key, str(e).split(": ", 1)[1]) for e in derived]
     _list_every_storage_pool(doc)
-    sized = {key for key, _ in problems}
+    known = {key for key, _ in problems}
     try:
-        return scenario_model().model_validate(doc)
+        scenario = scenario_model().model_validate(doc)
     except RecursionError:
         raise ScenarioError(source, None, "nested too deeply") from None
     except ValidationError as exc:
         for err in exc.errors():
             key, message = _describe(err, doc)
-            if key not in sized:
+            if key not in known:
                 problems.append((key, message))
+    else:
+        if not problems:
+            scenario._sources = profiled.sources
+            scenario._written = written
+            return scenario
     if not problems:
         raise ScenarioError(source, None, "invalid scenario")
     (key, message), *more = problems
     raise ScenarioError(source, key, message, more)
+
+
+def schema_default(key: str) -> Any:
+    """The schema's default of a dotted key (None where it has none)."""
+    model: Any = scenario_model()
+    *path, leaf = key.split(".")
+    for part in path:
+        model = _field_model(model, part, None)
+        if model is None:
+            return None
+    field = getattr(model, "model_fields", {}).get(leaf)
+    if field is None:
+        return None
+    return field.default_factory() if field.default_factory is not None else field.default
+
+
+def _restore(doc: dict[str, Any], sources: dict[str, str], written: dict[str, Any]) -> Scenario:
+    """A pickled scenario: its resolved document validated again, its provenance kept."""
+    scenario = build_scenario(doc, "<pickled scenario>")
+    scenario._sources = Sources(dict(sources))
+    scenario._written = written
+    return scenario
+
+
+def _label_preset(model: Any, written: dict[str, Any], sources: Sources) -> None:
+    """Mark the model values a preset brought (those the document does not write)."""
+    name = model.get("preset") if isinstance(model, dict) else None
+    if not isinstance(name, str) or name not in MODEL_PRESETS:
+        return
+    for key in leaves(model, "model"):
+        if not has(written, key):
+            sources.of[key] = f"preset {name}"
 
 
 def _expanded_model(model: Any) -> Any:
@@ -667,13 +870,19 @@ def load_scenario(
     return build_scenario(doc, str(path))
 
 
+PATH_KEYS = (("workload", "path"), ("hardware", "calibration"))
+"""The keys that name files: a trace, a calibration file."""
+
+
 def resolve_paths(doc: dict[str, Any], base_dir: Path) -> None:
-    """Make a relative `workload.path` relative to `base_dir`, in place (absolute paths stay)."""
-    workload = doc.get("workload")
-    if isinstance(workload, dict) and isinstance(workload.get("path"), str):
-        trace = Path(workload["path"])
-        if not trace.is_absolute():
-            workload["path"] = str(base_dir.resolve() / trace)
+    """Make relative file paths (`workload.path`, `hardware.calibration`) relative to
+    `base_dir`, in place (absolute paths stay)."""
+    for section, key in PATH_KEYS:
+        part = doc.get(section)
+        if isinstance(part, dict) and isinstance(part.get(key), str):
+            path = Path(part[key])
+            if not path.is_absolute():
+                part[key] = str(base_dir.resolve() / path)
 
 
 def check_references(scenario: Scenario, source: str) -> None:
@@ -689,6 +898,19 @@ def check_references(scenario: Scenario, source: str) -> None:
         ) from None
     if not found:
         raise ScenarioError(source, "workload.path", f"trace file not found: {trace}")
+
+
+def point_document(
+    scenario: Scenario, values: Iterable[tuple[str, Any]], source: str
+) -> dict[str, Any]:
+    """What a sweep point or a capacity evaluation runs: the scenario as it was written, without
+    its sweep, with these keys set, so that the profiles, the preset and every derived size
+    follow the new values as they would in the file."""
+    doc = scenario.written
+    doc.pop("sweep", None)
+    for key, value in values:
+        apply_override(doc, key, value, source=source)
+    return doc
 
 
 def scenario_document(scenario: Scenario) -> dict[str, Any]:

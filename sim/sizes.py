@@ -186,18 +186,19 @@ def human_bytes(n: float) -> str:
 
 
 def annotate_yaml(text: str, notes: dict[str, str]) -> str:
-    """Append `# note` to the lines of a block-style YAML mapping whose dotted key has one."""
+    """Append `# note` to the lines of a block-style YAML mapping whose dotted key has one (a
+    key whose value is a block list is noted on its own line)."""
     out: list[str] = []
     stack: list[tuple[int, str]] = []
     for line in text.splitlines():
         stripped = line.lstrip(" ")
         indent = len(line) - len(stripped)
-        key, sep, rest = stripped.partition(":")
+        key, sep, _ = stripped.partition(":")
         if sep and key and not stripped.startswith(("-", "#")):
             while stack and stack[-1][0] >= indent:
                 stack.pop()
             dotted = ".".join([*(k for _, k in stack), key])
-            if rest.strip() and dotted in notes:
+            if dotted in notes:
                 line = f"{line}  # {notes[dotted]}"
             stack.append((indent, key))
         out.append(line)

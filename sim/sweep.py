@@ -10,7 +10,6 @@ becomes a failure record; the others finish.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
@@ -36,13 +35,15 @@ from sim.runner import run
 from sim.scenario import (
     Scenario,
     ScenarioError,
-    apply_override,
     build_scenario,
+    point_document,
     resolve_paths,
     scenario_document,
 )
 
 EXECUTORS = ("serial", "process", "dask")
+VARIANT = "variant"
+"""The column of `sweep.variants`: each point's variant label."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,18 @@ and a larger sweep is better split (each part resumable on its own)."""
 
 
 def plan(scenario: Scenario, source: str, seeds: int | None = None) -> list[Task]:
-    """Expand the grid × seeds into validated tasks; a bad grid value is a ScenarioError."""
+    """Expand the variants × grid × seeds into validated tasks; a bad value is a
+    ScenarioError. A point is the scenario as written with the variant's keys, then the grid's,
+    set on it."""
     if scenario.sweep is None:
         raise ScenarioError(source, "sweep", "the scenario has no sweep section")
-    grid = scenario.sweep.grid
+    axes: dict[str, list[Any]] = {}
+    variants = scenario.sweep.variants
+    if variants:
+        axes[VARIANT] = list(variants)
+    axes.update(scenario.sweep.grid)
     replications = seeds or scenario.sweep.seeds
-    runs = math.prod(len(values) for values in grid.values()) * replications
+    runs = math.prod(len(values) for values in axes.values()) * replications
     if runs > MAX_SWEEP_RUNS:
         raise ScenarioError(
             source,
@@ -82,24 +89,23 @@ def plan(scenario: Scenario, source: str, seeds: int | None = None) -> list[Task
             f"{runs:,} runs ({replications:,} seeds × the grid's points) is over the "
             f"{MAX_SWEEP_RUNS:,} a sweep may plan; split it, or use fewer seeds or values",
         )
-    base = scenario_document(scenario)
-    base.pop("sweep", None)
     seed_list = sweep_seeds(scenario.seed, replications)
-    keys = list(grid)
+    keys = list(axes)
     tasks = []
-    for point, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
+    for point, combo in enumerate(itertools.product(*(axes[k] for k in keys))):
         values = tuple(zip(keys, combo, strict=True))
+        label = dict(values).get(VARIANT)
+        keyed = [*(variants[label].items() if label else ()), *values[1 if label else 0 :]]
+        where = f"sweep.variants.{label}" if label else "sweep.grid"
         for seed_index, seed in enumerate(seed_list):
-            doc = copy.deepcopy(base)
-            for key, value in values:
-                apply_override(doc, key, value, source=f"{source}: sweep.grid")
+            doc = point_document(scenario, keyed, f"{source}: sweep")
             doc["seed"] = seed
             resolve_paths(doc, Path(source).parent)
             try:
                 resolved = scenario_document(build_scenario(doc, source))
             except ScenarioError as exc:
                 raise ScenarioError(
-                    source, f"sweep.grid.{exc.key}", f"{exc.message} (point {dict(values)})"
+                    source, f"{where}.{exc.key}", f"{exc.message} (point {dict(values)})"
                 ) from None
             digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
             tasks.append(Task(point, values, seed_index, seed, resolved, digest[:20]))
@@ -264,7 +270,7 @@ def run_sweep(
     ]
     _replace_parquet(runs, work / "runs.parquet")
     replace_file(work / "points.csv", lambda tmp: points.to_csv(tmp, index=False))
-    meta = {"grid": grid_of(tasks), **(provenance or {})}
+    meta = {**(provenance or {}), "grid": grid_of(tasks)}
     meta.update(
         tasks=len(tasks),
         computed=computed,

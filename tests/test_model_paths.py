@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 
 from sim.heal import RULES, DiscardView
 from sim.model.backup import BackupIntent, WritePath
+from sim.model.device import Resource
 from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
@@ -319,3 +322,32 @@ def test_a_rate_limited_hit_parks_in_buffer_mode_unless_it_could_never_fit() -> 
     op = p.plan(0, 0, SPAN, 0.0)
     assert op is not None and p.query(op, 0.0, queue_empty=False) == "declined"
     assert p.may_park(op) and p.stage(op) and op.hit_pages == 8
+
+
+class _CachedCopy:
+    """A host copy in the tree, as `Resource` sees it."""
+
+    def __init__(self, nid: int, last_access_s: float) -> None:
+        self.nid, self.last_access_s = nid, last_access_s
+
+
+def test_cache_mode_prefetch_evicts_host_copies_to_fit() -> None:
+    """In cache mode a prefetch that does not fit evicts host-only copies, least recently used
+    first (SGLang's evict_host), instead of being declined while the host is full of copies."""
+    evicted: list[int] = []
+
+    def evict(node: Any) -> None:
+        evicted.append(node.nid)
+        copies.used -= 4
+
+    copies = Resource("host", 10, evictable=lambda node: True, evict=evict)
+    copies.used = 8
+    for nid, seen_s in ((1, 5.0), (0, 2.0)):
+        heapq.heappush(copies.heap, (seen_s, nid, _CachedCopy(nid, seen_s)))
+    host = HostPool(10, cached_pages=lambda: copies.used, cache=copies)
+    assert host.alloc_prefetch(6)
+    assert evicted == [0] and host.free_pages == 0
+    assert not host.alloc_prefetch(4), "beyond the load share nothing is evicted"
+    assert evicted == [0]
+    buffer_only = HostPool(10, cached_pages=lambda: 8)
+    assert not buffer_only.alloc_prefetch(6)

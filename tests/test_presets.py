@@ -21,6 +21,7 @@ from sim.scenario import (
     scenario_document,
     scenario_model,
 )
+from sim.sweep import plan
 from tests.conftest import REPO, invoke, make_doc
 
 SHIPPED = REPO / "scenarios" / "presets" / "gpt_oss_120b.yaml"
@@ -30,38 +31,51 @@ BF16, FP32 = 2, 4
 EXPECTED: dict[str, dict[str, dict[str, int]]] = {
     # 24 layers alternating sliding / full: 12 + 12; 8 KV heads of 64; K and V; bf16
     "gpt-oss-20b": {
-        "kv": {"bytes_per_token": 12 * 2 * 8 * 64 * BF16},  # 24,576
-        "swa": {"window_tokens": 128, "bytes_per_token": 12 * 2 * 8 * 64 * BF16},
+        "kv": {"bytes_per_token": 12 * 2 * 8 * 64 * BF16, "layers": 12},  # 24,576
+        "swa": {"window_tokens": 128, "bytes_per_token": 12 * 2 * 8 * 64 * BF16, "layers": 12},
     },
     # 36 layers alternating: 18 + 18
     "gpt-oss-120b": {
-        "kv": {"bytes_per_token": 18 * 2 * 8 * 64 * BF16},  # 36,864
-        "swa": {"window_tokens": 128, "bytes_per_token": 18 * 2 * 8 * 64 * BF16},
+        "kv": {"bytes_per_token": 18 * 2 * 8 * 64 * BF16, "layers": 18},  # 36,864
+        "swa": {"window_tokens": 128, "bytes_per_token": 18 * 2 * 8 * 64 * BF16, "layers": 18},
     },
     # 62 layers, every 6th global: 10 global (layers 5, 11, ..., 59) + 52 local; 16 KV heads
     # of 128
     "gemma-3-27b": {
-        "kv": {"bytes_per_token": 10 * 2 * 16 * 128 * BF16},  # 81,920
-        "swa": {"window_tokens": 1024, "bytes_per_token": 52 * 2 * 16 * 128 * BF16},  # 425,984
+        "kv": {"bytes_per_token": 10 * 2 * 16 * 128 * BF16, "layers": 10},  # 81,920
+        "swa": {
+            "window_tokens": 1024,
+            "bytes_per_token": 52 * 2 * 16 * 128 * BF16,
+            "layers": 52,
+        },  # 425,984
     },
     # 48 layers, every 4th full: 12 full (2 KV heads of 256) + 36 Gated DeltaNet. Per linear
     # layer: conv over q, k, v = 16·128 + 16·128 + 32·128 = 8,192 channels × 3 past inputs in
     # bf16, and a 32 × 128 × 128 state in fp32
     "qwen3-next-80b-a3b": {
-        "kv": {"bytes_per_token": 12 * 2 * 2 * 256 * BF16},  # 24,576
-        "mamba": {"state_bytes": 36 * (8192 * 3 * BF16 + 32 * 128 * 128 * FP32)},  # 77,266,944
+        "kv": {"bytes_per_token": 12 * 2 * 2 * 256 * BF16, "layers": 12},  # 24,576
+        "mamba": {
+            "state_bytes": 36 * (8192 * 3 * BF16 + 32 * 128 * 128 * FP32),
+            "layers": 36,
+        },  # 77,266,944
     },
     # pattern of 52: 24 M, 4 *, 24 -; 8 KV heads of 128. Per Mamba-2 layer: conv over
     # 128·64 + 2·8·128 = 10,240 channels × 3 in bf16, state 128 heads × 64 × 128 in fp32
     "nemotron-h-8b": {
-        "kv": {"bytes_per_token": 4 * 2 * 8 * 128 * BF16},  # 16,384
-        "mamba": {"state_bytes": 24 * (10240 * 3 * BF16 + 128 * 64 * 128 * FP32)},  # 102,137,856
+        "kv": {"bytes_per_token": 4 * 2 * 8 * 128 * BF16, "layers": 4},  # 16,384
+        "mamba": {
+            "state_bytes": 24 * (10240 * 3 * BF16 + 128 * 64 * 128 * FP32),
+            "layers": 24,
+        },  # 102,137,856
     },
     # pattern of 118: 54 M, 10 *, 54 -; conv over 256·64 + 2·8·256 = 20,480 channels, state
     # 256 × 64 × 256
     "nemotron-h-56b": {
-        "kv": {"bytes_per_token": 10 * 2 * 8 * 128 * BF16},  # 40,960
-        "mamba": {"state_bytes": 54 * (20480 * 3 * BF16 + 256 * 64 * 256 * FP32)},  # 912,605,184
+        "kv": {"bytes_per_token": 10 * 2 * 8 * 128 * BF16, "layers": 10},  # 40,960
+        "mamba": {
+            "state_bytes": 54 * (20480 * 3 * BF16 + 256 * 64 * 256 * FP32),
+            "layers": 54,
+        },  # 912,605,184
     },
 }
 
@@ -206,12 +220,14 @@ def test_a_missing_device_key_says_the_preset_brought_the_pool() -> None:
     assert "preset qwen3-next-80b-a3b brings kv, mamba" in err.value.message
 
 
-def test_a_sweep_cannot_change_the_preset() -> None:
+def test_a_sweep_point_takes_its_own_presets_sizes() -> None:
+    """A point starts from what the scenario wrote, so another preset brings its own sizes
+    (the resolved scenario's would have kept gpt-oss-120b's)."""
     doc = preset_doc("gpt-oss-120b")
     doc["sweep"] = {"grid": {"model.preset": ["gpt-oss-20b", "gpt-oss-120b"]}}
-    with pytest.raises(ScenarioError) as err:
-        build_scenario(doc)
-    assert err.value.key == "sweep.grid.model.preset"
+    tasks = plan(build_scenario(doc), "<test>")
+    sizes = {dict(t.values)["model.preset"]: t.doc["model"]["kv"]["bytes_per_token"] for t in tasks}
+    assert sizes == {"gpt-oss-20b": 24576, "gpt-oss-120b": 36864}
 
 
 # ---------------------------------------------------------------- resolved config
@@ -244,6 +260,8 @@ def test_the_schema_lists_the_presets_and_lets_a_preset_stand_for_kv() -> None:
 def test_a_preset_registered_at_test_time_is_selectable() -> None:
     tiny = SlidingWindowHybrid(
         source="made up",
+        weight_bytes=1e9,
+        weight_source="made up",
         layer_types=interleaved(4, every=4),
         num_key_value_heads=1,
         head_dim=8,

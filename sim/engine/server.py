@@ -393,7 +393,7 @@ class Server:
                 staging_pages = min(staged.staging_pages, host.capacity_pages)
                 while not host.alloc_backup(staging_pages):
                     yield self._host_freed_event()
-                yield env.timeout(self.model.timing.pcie_s(staged.nbytes))
+                yield env.timeout(self.model.timing.staging_s(staged))
             yield from self.write_link.transfer(staged.write_bytes)
             ack = self.write_path.acknowledge(staged, env.now)
             if staging_pages:

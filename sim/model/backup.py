@@ -51,6 +51,11 @@ class StagedWrite:
     """KV pages staged (0 when per-pool beliefs found the node's KV covered)."""
 
     @property
+    def objects(self) -> dict[str, int]:
+        """Objects staged, per pool."""
+        return {KV: self.kv_pages, **{name: len(keys) for name, keys in self.aux_keys.items()}}
+
+    @property
     def staging_pages(self) -> int:
         """Host pages the write stages: its KV pages, or an aux-only write's longest tail."""
         return max(self.kv_pages, *map(len, self.aux_keys.values()), 0)

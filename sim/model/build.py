@@ -8,13 +8,14 @@ happens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.heal import RULES, DiscardView
-from sim.model.backup import WritePath
+from sim.model.backup import StagedWrite, WritePath
 from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
@@ -39,7 +40,11 @@ def workload_stream(seed: int) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class Timing:
-    """Compute and PCIe costs in seconds."""
+    """Compute and host-link costs in seconds.
+
+    The host link moves bytes at `pcie_bps`; under SGLang's `direct` io every contiguous copy
+    also costs `copy_overhead_s` (one per layer per page and K/V buffer), which is what makes
+    small copies slow. Under `kernel` io the overhead is 0."""
 
     prefill_tokens_per_s: float
     decode_ms_per_token: float
@@ -47,10 +52,18 @@ class Timing:
     load_bytes_per_page: int
     """Bytes a page restored from the host moves across PCIe: KV plus every per-page aux pool."""
     chunk_tokens: int | None = None
+    copy_overhead_s: float = 0.0
+    copies: Mapping[str, int] = field(default_factory=dict)
+    """Copies one object of each pool takes under direct io."""
+    load_copies_per_page: int = 0
+    """Copies a restored page takes: the copies of KV and of every per-page aux pool."""
 
     def prefill_s(self, recomputed_tokens: int, loaded_pages: int) -> float:
         load_bytes = loaded_pages * self.load_bytes_per_page
-        return recomputed_tokens / self.prefill_tokens_per_s + load_bytes / self.pcie_bps
+        load_s = load_bytes / self.pcie_bps
+        if self.copy_overhead_s:
+            load_s += loaded_pages * self.load_copies_per_page * self.copy_overhead_s
+        return recomputed_tokens / self.prefill_tokens_per_s + load_s
 
     def chunks(self, start_token: int, end_token: int) -> list[int]:
         """Token positions where the prefill of [start_token, end_token) ends its chunks, the
@@ -63,8 +76,13 @@ class Timing:
     def decode_s(self, output_tokens: int) -> float:
         return output_tokens * self.decode_ms_per_token / 1000.0
 
-    def pcie_s(self, nbytes: float) -> float:
-        return nbytes / self.pcie_bps
+    def staging_s(self, staged: StagedWrite) -> float:
+        """Copying a staged backup from the device to the host."""
+        seconds = staged.nbytes / self.pcie_bps
+        if self.copy_overhead_s:
+            copies = sum(n * self.copies[name] for name, n in staged.objects.items())
+            seconds += copies * self.copy_overhead_s
+        return seconds
 
 
 @dataclass(frozen=True)
@@ -181,7 +199,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         host_cache_pages=None if buffer_only else scenario.host.pages,
         window_retention=scenario.device.swa_retention == "window",
     )
-    host = HostPool(scenario.host.pages, cached_pages=lambda: tree.host_used)
+    host = HostPool(scenario.host.pages, cached_pages=lambda: tree.host_used, cache=tree.host)
     entries = scenario.existence_cache.entries
     existence = ExistenceCache(entries, enabled=buffer_only)
     per_pool = scenario.existence_cache.beliefs == "per_pool"
@@ -221,12 +239,16 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         retry=RetryBudget(prefetch.retry.max_attempts, prefetch.retry.interval_s),
         client=instance,
     )
+    copies = {name: scenario.model.pool_spec(name).host_copies() for name in pools}  # type: ignore[union-attr]
     timing = Timing(
         prefill_tokens_per_s=scenario.compute.prefill_tokens_per_s,
         decode_ms_per_token=scenario.compute.decode_ms_per_token,
         pcie_bps=scenario.host.pcie_gbps * GB,
         load_bytes_per_page=sum(p.object_bytes for p in pools.values() if p.residency.per_page),
         chunk_tokens=scenario.compute.chunk_tokens,
+        copy_overhead_s=scenario.host.copy_overhead_us / 1e6,
+        copies=copies,
+        load_copies_per_page=sum(copies[n] for n, p in pools.items() if p.residency.per_page),
     )
     return ServerModel(
         instance=instance,
@@ -257,4 +279,8 @@ def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
         stream(scenario.seed, pool.kind.stream_id),
         spec.put_outage_s,
         exists_ttl_s=scenario.storage.exists_ttl_s,
+        eviction=scenario.storage.eviction,
+        high_watermark=scenario.storage.eviction_high_watermark_ratio,
+        evict_ratio=scenario.storage.eviction_ratio,
+        write_dedup=scenario.storage.write_dedup,
     )

@@ -2,14 +2,18 @@
 
 In `buffer_only` mode host memory is only staging; a prefetch hit waits (is parked) while staging
 for loads would exceed HICACHE_LOAD_POOL_USAGE_FRACTION of the pool (SGLang's
-prefetch_rate_limited); `cache` mode declines it. In
-`cache` mode host copies live in the radix tree and share the same page budget.
+prefetch_rate_limited); `cache` mode declines it. In `cache` mode host copies live in the radix
+tree and share the same page budget, and a prefetch that does not fit evicts host-only copies,
+least recently used first, before it gives up (SGLang's `evict_host` when the host allocation of
+a prefetch fails).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from sim.model.device import Resource
 
 LOAD_POOL_USAGE_FRACTION = 0.9
 
@@ -18,6 +22,8 @@ LOAD_POOL_USAGE_FRACTION = 0.9
 class HostPool:
     capacity_pages: int
     cached_pages: Callable[[], int] = field(default=lambda: 0)
+    cache: Resource | None = None
+    """Cache mode: the tree's host copies, which a prefetch may evict to fit."""
     prefetch_pages: int = 0
     backup_pages: int = 0
 
@@ -39,10 +45,24 @@ class HostPool:
         return pages <= LOAD_POOL_USAGE_FRACTION * self.capacity_pages
 
     def alloc_prefetch(self, pages: int) -> bool:
-        if self.prefetch_rate_limited(pages):
+        if self.prefetch_rate_limited(pages) and not self._evict_for(pages):
             return False
         self.prefetch_pages += pages
         return True
+
+    def _evict_for(self, pages: int) -> bool:
+        """Cache mode: make room for staging by evicting host copies (within the load share)."""
+        cache = self.cache
+        if (
+            cache is None
+            or self.prefetch_pages + pages > LOAD_POOL_USAGE_FRACTION * self.capacity_pages
+        ):
+            return False
+        cache.reserved = self.prefetch_pages + self.backup_pages
+        try:
+            return cache.make_room(pages)
+        finally:
+            cache.reserved = 0
 
     def free_prefetch(self, pages: int) -> None:
         self.prefetch_pages -= pages

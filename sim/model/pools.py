@@ -58,6 +58,15 @@ class PoolSpec(Strict):
     """A pool's part of `model:`. Subclasses say what an object weighs and what an endpoint
     needs, derived from their own fields."""
 
+    layers: Annotated[int, Field(strict=True, ge=1, le=4096)] | None = None
+    """Layers holding this pool's state. SGLang's `direct` host io copies each layer's part of
+    a page (K and V; a Mamba state's conv and temporal parts) separately, so with
+    `host.io_backend: direct` a page costs 2 x layers copies; null counts one copy per object."""
+
+    def host_copies(self) -> int:
+        """Copies one object of this pool takes between host and device under direct io."""
+        return 1 if self.layers is None else 2 * self.layers
+
     def object_bytes(self, page_size: int) -> int:
         raise NotImplementedError
 

@@ -222,6 +222,7 @@ class Prefetcher:
         the existence cache is not used).
         """
         hit = self.hit_query(self.storage, op.span, now_s)
+        self.storage.touch_queried(op.span, now_s)
         self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
         if hit < self.threshold_pages:
             return "revoked"

@@ -20,6 +20,7 @@ from sim.registry import Registry
 
 BF16_BYTES = 2
 FP32_BYTES = 4
+GIB = 2**30
 """SGLang keeps KV in the model's dtype (2 bytes for every preset here), the Mamba conv state in
 bf16 (`SGLANG_MAMBA_CONV_DTYPE`'s default) and the SSM / linear-attention state in float32
 (`mamba2_state_dtype`: the config's `mamba_ssm_dtype`, else float32)."""
@@ -69,6 +70,12 @@ class ModelPreset:
 
     source: str
     """The model whose `config.json` the fields are copied from (its id on the model hub)."""
+    weight_bytes: float
+    """What the weights take on the GPU, for sizing the device from memory (`hardware.gpu`)."""
+    weight_source: str
+    """Where `weight_bytes` comes from (a checkpoint size, or parameters x 2 bytes)."""
+    num_key_value_heads: int
+    """Attention KV heads: a tensor-parallel rank holds max(1, heads // tp) of them."""
 
     def pool_specs(self) -> dict[str, dict[str, int]]:
         """The derived `model.<pool>` specs, keyed by pool name."""
@@ -86,7 +93,6 @@ class SlidingWindowHybrid(ModelPreset):
     which a request needs only for the last `sliding_window` tokens."""
 
     layer_types: tuple[str, ...]
-    num_key_value_heads: int
     head_dim: int
     sliding_window: int
     dtype_bytes: int = BF16_BYTES
@@ -114,10 +120,14 @@ class SlidingWindowHybrid(ModelPreset):
 
     def pool_specs(self) -> dict[str, dict[str, int]]:
         return {
-            "kv": {"bytes_per_token": self.kv_bytes_per_token()},
+            "kv": {
+                "bytes_per_token": self.kv_bytes_per_token(),
+                "layers": self.full_attention_layers,
+            },
             "swa": {
                 "window_tokens": self.sliding_window,
                 "bytes_per_token": self.swa_bytes_per_token(),
+                "layers": self.sliding_window_layers,
             },
         }
 
@@ -131,7 +141,6 @@ class GatedDeltaNetHybrid(ModelPreset):
 
     num_hidden_layers: int
     full_attention_interval: int
-    num_key_value_heads: int
     head_dim: int
     linear_num_value_heads: int
     linear_num_key_heads: int
@@ -170,8 +179,14 @@ class GatedDeltaNetHybrid(ModelPreset):
 
     def pool_specs(self) -> dict[str, dict[str, int]]:
         return {
-            "kv": {"bytes_per_token": self.kv_bytes_per_token()},
-            "mamba": {"state_bytes": self.mamba_state_bytes()},
+            "kv": {
+                "bytes_per_token": self.kv_bytes_per_token(),
+                "layers": self.full_attention_layers,
+            },
+            "mamba": {
+                "state_bytes": self.mamba_state_bytes(),
+                "layers": self.linear_attention_layers,
+            },
         }
 
 
@@ -186,7 +201,6 @@ class Mamba2Hybrid(ModelPreset):
     state)."""
 
     hybrid_override_pattern: str
-    num_key_value_heads: int
     attention_head_dim: int
     mamba_num_heads: int
     mamba_head_dim: int
@@ -231,8 +245,8 @@ class Mamba2Hybrid(ModelPreset):
 
     def pool_specs(self) -> dict[str, dict[str, int]]:
         return {
-            "kv": {"bytes_per_token": self.kv_bytes_per_token()},
-            "mamba": {"state_bytes": self.mamba_state_bytes()},
+            "kv": {"bytes_per_token": self.kv_bytes_per_token(), "layers": self.attention_layers},
+            "mamba": {"state_bytes": self.mamba_state_bytes(), "layers": self.mamba_layers},
         }
 
 
@@ -248,6 +262,11 @@ MODEL_PRESETS.register(
     "gpt-oss-20b",
     SlidingWindowHybrid(
         source="openai/gpt-oss-20b",
+        weight_bytes=12.8 * GIB,
+        weight_source=(
+            "OpenAI's model card: a 12.8 GiB checkpoint (MXFP4 experts, which SGLang keeps "
+            "in 4 bits)"
+        ),
         layer_types=interleaved(24, every=2),
         num_key_value_heads=8,
         head_dim=64,
@@ -258,6 +277,11 @@ MODEL_PRESETS.register(
     "gpt-oss-120b",
     SlidingWindowHybrid(
         source="openai/gpt-oss-120b",
+        weight_bytes=60.8 * GIB,
+        weight_source=(
+            "OpenAI's model card: a 60.8 GiB checkpoint (MXFP4 experts, which SGLang keeps "
+            "in 4 bits)"
+        ),
         layer_types=interleaved(36, every=2),
         num_key_value_heads=8,
         head_dim=64,
@@ -268,6 +292,8 @@ MODEL_PRESETS.register(
     "gemma-3-27b",
     SlidingWindowHybrid(
         source="google/gemma-3-27b-it (text_config)",
+        weight_bytes=27.4e9 * BF16_BYTES,
+        weight_source="about 27.4 B parameters (vision tower included) x 2 bytes: an estimate",
         layer_types=interleaved(62, every=6),
         num_key_value_heads=16,
         head_dim=128,
@@ -278,6 +304,8 @@ MODEL_PRESETS.register(
     "qwen3-next-80b-a3b",
     GatedDeltaNetHybrid(
         source="Qwen/Qwen3-Next-80B-A3B-Instruct",
+        weight_bytes=80e9 * BF16_BYTES,
+        weight_source="80 B parameters x 2 bytes (bf16): an estimate",
         num_hidden_layers=48,
         full_attention_interval=4,
         num_key_value_heads=2,
@@ -293,6 +321,8 @@ MODEL_PRESETS.register(
     "nemotron-h-8b",
     Mamba2Hybrid(
         source="nvidia/Nemotron-H-8B-Base-8K",
+        weight_bytes=8e9 * BF16_BYTES,
+        weight_source="8 B parameters x 2 bytes (bf16): an estimate",
         hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
         num_key_value_heads=8,
         attention_head_dim=128,
@@ -307,6 +337,8 @@ MODEL_PRESETS.register(
     "nemotron-h-56b",
     Mamba2Hybrid(
         source="nvidia/Nemotron-H-56B-Base-8K",
+        weight_bytes=56e9 * BF16_BYTES,
+        weight_source="56 B parameters x 2 bytes (bf16): an estimate",
         hybrid_override_pattern=(
             "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*"
             "-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"

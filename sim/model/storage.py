@@ -12,7 +12,7 @@ import functools
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Callable, KeysView, Mapping, Sequence
+from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,12 +38,21 @@ STORAGE_COUNTERS = (
 pool holds at the horizon)."""
 
 
+EVICTION_ORDERS = ("lru", "fifo", "lease")
+"""Which object a full pool evicts: `lru` refreshes an object on a read and on a skipped rewrite
+(the file backend's evictor), `fifo` never refreshes, `lease` also refreshes on an `exists`
+(Mooncake: `ExistKey` extends the lease, and the master evicts the earliest lease deadline)."""
+
+
 @dataclass
 class StoragePool:
-    """An object store for one pool: LRU when bounded; `capacity_objects=None` means unbounded.
+    """An object store for one pool, evicting in `eviction` order when bounded;
+    `capacity_objects=None` means unbounded.
 
     An unbounded pool never evicts by recency, so it keeps none: its objects sit in insertion
     order, which is all a random eviction needs, and a write or read costs one dict operation.
+    A bounded pool evicts once it would hold more than `high_watermark` of its capacity, then
+    `evict_ratio` of its objects at once (Mooncake's master: 0.9 and 0.05), or one at a time.
     """
 
     name: str
@@ -68,8 +77,18 @@ class StoragePool:
     """Puts of an object another server had already stored (skipped by the backend)."""
     displaced_by: dict[int, int] | None = None
     """When a dict: object -> the server whose write pushed it out of the LRU (clusters)."""
+    eviction: str = "lru"
+    high_watermark: float = 1.0
+    evict_ratio: float = 0.0
+    write_dedup: bool = True
+    """A put of a key `exists` reports is skipped (the file, hf3fs and Mooncake backends);
+    without it the key is written again and may fail like any put (nixl)."""
 
     def __post_init__(self) -> None:
+        if self.eviction not in EVICTION_ORDERS:
+            raise ValueError(f"eviction {self.eviction!r} is not one of {EVICTION_ORDERS}")
+        self._refresh = self.eviction != "fifo"
+        self._lease = self.eviction == "lease"
         self._stale: dict[int, float] = {}
         """Keys removed by backend-side evictions -> until when `exists` still says yes."""
         self._prune_at = 1024
@@ -135,12 +154,26 @@ class StoragePool:
         return 0
 
     def to_write(self, keys: Sequence[int], now_s: float) -> int:
-        """How many of these keys a put would really write (the others the backend skips)."""
+        """How many of these keys a put would really write (the others the backend skips).
+        The check is an `exists` call: under lease eviction it refreshes what it finds."""
+        if not self.write_dedup:
+            return len(keys)
         objects = self._objects
+        if self._lease:
+            self.touch(keys)
         absent = [key for key in keys if key not in objects]
         if self._stale:
             return sum(1 for key in absent if not self.exists(key, now_s))
         return len(absent)
+
+    def touch(self, keys: Iterable[int]) -> None:
+        """Refresh the stored keys among these (an `exists` call under lease eviction)."""
+        lru = self._lru
+        if lru is None:
+            return
+        for key in keys:
+            if key in lru:
+                lru.move_to_end(key)
 
     def get(self, keys: Sequence[int], now_s: float = 0.0, client: int = 0) -> int:
         """Read keys in order; returns the leading run that was served (missing or failed stops).
@@ -161,7 +194,7 @@ class StoragePool:
                         if missing not in objects:
                             self._stale.pop(missing, None)
                 return i
-            if lru is not None:
+            if lru is not None and self._refresh:
                 lru.move_to_end(key)
             self.get_hits += 1
             if objects[key] != client:
@@ -190,6 +223,8 @@ class StoragePool:
         outage = window is not None and window[0] <= now_s < window[1]
         fails = None if outage else self._draws(n, self.put_fail_prob)
         objects, stale, log = self._objects, self._stale, self.access_log
+        if not self.write_dedup:
+            return self._overwrite(keys, now_s, client, outage, fails)
         fast = self._lru is None and log is None
         if fast and not stale and not outage and fails is None:
             before, cross = len(objects), 0
@@ -228,6 +263,30 @@ class StoragePool:
                     log.append((now_s, "put", key, False, client))
         return ok
 
+    def _overwrite(
+        self,
+        keys: Sequence[int],
+        now_s: float,
+        client: int,
+        outage: bool,
+        fails: np.ndarray | None,
+    ) -> list[bool]:
+        """Puts of a backend that writes every key: each may fail; a failed rewrite leaves the
+        stored object in place (the write goes to a temporary file first)."""
+        ok = [True] * len(keys)
+        log = self.access_log
+        for i, key in enumerate(keys):
+            if outage or (fails is not None and fails[i]):
+                ok[i] = False
+                continue
+            self._stale.pop(key, None)
+            if key in self._objects and self._objects[key] != client:
+                self.cross_put_hits += 1
+            hit = self._insert(key, client)
+            if log is not None:
+                log.append((now_s, "put", key, hit, client))
+        return ok
+
     def evict_random(self, rng: np.random.Generator, now_s: float = 0.0) -> int | None:
         """Drop one uniformly chosen object (backend-side eviction, e.g. TTL or rebalancing).
 
@@ -260,7 +319,7 @@ class StoragePool:
         """Store or refresh a key; True when it was already stored (an LRU hit)."""
         objects, lru = self._objects, self._lru
         if key in objects:
-            if lru is not None:
+            if lru is not None and self._refresh:
                 lru.move_to_end(key)
             self.put_hits += 1
             return True
@@ -269,16 +328,26 @@ class StoragePool:
         if lru is not None and cap is not None:
             if cap == 0:
                 return False
-            displaced = self.displaced_by
-            while len(lru) >= cap:
-                old, _ = lru.popitem(last=False)
-                self.evictions += 1
-                if displaced is not None:
-                    displaced[old] = client
+            self._make_room(lru, cap, client)
         objects[key] = client
         if self.displaced_by:
             self.displaced_by.pop(key, None)
         return False
+
+    def _make_room(self, lru: OrderedDict[int, int], cap: int, client: int) -> None:
+        """Evict, oldest first, until one more object stays within the high watermark (or,
+        with an eviction ratio, that share of the objects at once)."""
+        limit = cap if self.high_watermark >= 1.0 else max(1, int(self.high_watermark * cap))
+        if len(lru) < limit:
+            return
+        excess = len(lru) - limit + 1
+        count = max(excess, math.ceil(self.evict_ratio * len(lru))) if self.evict_ratio else excess
+        displaced = self.displaced_by
+        for _ in range(min(count, len(lru))):
+            old, _ = lru.popitem(last=False)
+            self.evictions += 1
+            if displaced is not None:
+                displaced[old] = client
 
     def _draws(self, n: int, prob: float) -> np.ndarray | None:
         if prob <= 0.0 or n == 0:
@@ -297,11 +366,23 @@ class Storage:
     write_bps: float
     exists_latency_ms: float
     aux: tuple[Pool, ...] = field(init=False)
+    leased: tuple[StoragePool, ...] = field(init=False)
+    """Pools evicting by lease, which `exists` calls refresh."""
 
     def __post_init__(self) -> None:
         if list(self.pools) != list(self.layout) or KV not in self.pools:
             raise ValueError(f"stores {list(self.pools)} do not match pools {list(self.layout)}")
         self.aux = tuple(pool for name, pool in self.layout.items() if name != KV)
+        self.leased = tuple(store for store in self.pools.values() if store.eviction == "lease")
+
+    def touch_queried(self, span: Sequence[int], now_s: float) -> None:
+        """A hit query's `exists` calls, under lease eviction, refresh what they find: the KV
+        pages of the leading run and every pool's objects of those pages (Mooncake's
+        `batch_exists_v2` asks each pool about every page up to the KV hit)."""
+        if self.leased:
+            run = span[: self.kv.leading_run(span, now_s)]
+            for store in self.leased:
+                store.touch(run)
 
     @property
     def kv(self) -> StoragePool:

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from sim.deployment.resolve import leaves
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import read_table, replace_file
 from sim.runner import RunResult
@@ -59,11 +60,24 @@ def meta(result_wall_s: float, seed: int) -> dict[str, Any]:
     }
 
 
+SOURCES_HEADER = """\
+# Every value with where it came from: user (the scenario file or --set), default (the schema),
+# a profile (sglang ERA, backend NAME, gpu NAME, calibration FILE, preset NAME), or what SGLang
+# derives from them (derived: why) and its own switches (adjusted: why). Sizes also say what
+# they are in the other units.
+"""
+
+
 def resolved_yaml(scenario: Scenario) -> str:
-    """The resolved configuration as YAML, each size followed by what it is in the other units
-    (`kv_pages: 20000  # 1,280,000 tokens, 22.89 GiB (24.58 GB)`)."""
+    """The resolved configuration as YAML, each value followed by where it came from and each
+    size by what it is in the other units
+    (`kv_pages: 20000  # 1,280,000 tokens, 22.89 GiB (24.58 GB); user`)."""
     doc = scenario_document(scenario)
-    return annotate_yaml(yaml.safe_dump(doc, sort_keys=False), size_notes(doc))
+    sizes = size_notes(doc)
+    notes = {
+        key: "; ".join(filter(None, (sizes.get(key), scenario.sources[key]))) for key in leaves(doc)
+    }
+    return SOURCES_HEADER + annotate_yaml(yaml.safe_dump(doc, sort_keys=False), notes)
 
 
 def write_run(result: RunResult, directory: Path) -> None:
@@ -73,9 +87,9 @@ def write_run(result: RunResult, directory: Path) -> None:
     mark(directory)
     (directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
     (directory / "config.resolved.yaml").write_text(resolved_yaml(result.scenario))
-    (directory / "meta.json").write_text(
-        json.dumps(meta(result.summary["wall_s"], result.scenario.seed), indent=2) + "\n"
-    )
+    info = meta(result.summary["wall_s"], result.scenario.seed)
+    info["sources"] = result.scenario.sources.of
+    (directory / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
     for name in (*TABLES, "storage_trace"):
         if name in result.tables:
             result.tables[name].to_parquet(directory / f"{name}.parquet", index=False)

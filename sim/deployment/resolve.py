@@ -1,0 +1,342 @@
+"""From what a scenario writes to every value it runs with, and where each value came from.
+
+Values come in layers, lowest first: the schema's defaults, the SGLang era (`server.sglang`),
+the storage backend (`storage.backend`), the GPU (`hardware.gpu`) or a calibration file
+(`hardware.calibration`), the model preset (`model.preset`), then what SGLang derives from them
+(chunk size and memory fraction from the GPU's memory, device pools from memory minus weights,
+the host pool from the device pool, the host link from the io backend) and the switches
+SGLang's argument handling makes (a host layout the io backend or the backend cannot use). What
+the scenario writes wins over every layer. `Sources` maps each dotted key that did not come
+from the schema's defaults to its layer, and `config.resolved.yaml` prints it beside the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.deployment.hardware import GPUS, read_calibration
+from sim.deployment.profiles import (
+    TIERS_SINCE_37898,
+    ChunkTier,
+    backend_of,
+    era_of,
+)
+from sim.deployment.sizing import (
+    NoRoomForPools,
+    default_chunk_tokens,
+    device_pools,
+    hicache_ratio_default,
+    host_pages,
+    mem_fraction_static,
+    rank_model,
+)
+from sim.documents import layered
+from sim.model.presets import MODEL_PRESETS
+from sim.spec import KeyedError, ScenarioError
+
+USER = "user"
+DEFAULT = "default"
+
+
+@dataclass
+class Sources:
+    """Where each value came from: dotted key -> `user`, a profile's label (`sglang v0.5.20`,
+    `backend mooncake`, `gpu h200`, `calibration FILE`, `preset gpt-oss-120b`), `derived: why`
+    or `adjusted: why`; keys not listed have the schema's default."""
+
+    of: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> str:
+        return self.of.get(key, DEFAULT)
+
+    def from_profiles(self) -> dict[str, str]:
+        """Keys a profile, a derivation or an adjustment set (what `validate` prints)."""
+        return {k: v for k, v in self.of.items() if not v.startswith(USER)}
+
+
+def leaves(doc: Any, prefix: str = "") -> Iterator[str]:
+    """Dotted keys of a document's values (a mapping's own values; lists are values)."""
+    if not isinstance(doc, dict):
+        return
+    for key, value in doc.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            yield from leaves(value, dotted)
+        else:
+            yield dotted
+
+
+def get(doc: dict[str, Any], key: str) -> Any:
+    node: Any = doc
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def has(doc: dict[str, Any], key: str) -> bool:
+    *path, leaf = key.split(".")
+    node: Any = doc
+    for part in path:
+        node = node.get(part) if isinstance(node, dict) else None
+    return isinstance(node, dict) and leaf in node
+
+
+def put(doc: dict[str, Any], key: str, value: Any) -> None:
+    *path, leaf = key.split(".")
+    node = doc
+    for part in path:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[leaf] = value
+
+
+@dataclass
+class Layered:
+    """A document with the profiles it names layered under it."""
+
+    doc: dict[str, Any]
+    sources: Sources
+    problems: list[tuple[str, str]]
+
+
+def layer_profiles(written: dict[str, Any]) -> Layered:
+    """The era, backend and hardware layers under what the document writes."""
+    sources = Sources({key: USER for key in leaves(written)})
+    problems: list[tuple[str, str]] = []
+    layers: list[tuple[str, dict[str, Any]]] = []
+    era, backend = era_of(written), backend_of(written)
+    if era is not None:
+        layers.append((era.label, {s.key: s.value for s in era.settings}))
+    if backend is not None:
+        layers.append((backend.label, {s.key: s.value for s in backend.settings}))
+    hardware = _hardware_layer(written, problems)
+    if hardware is not None:
+        layers.append(hardware)
+    below: dict[str, Any] = {}
+    for label, values in layers:
+        for key, value in values.items():
+            put(below, key, value)
+            if not has(written, key):
+                sources.of[key] = label
+            elif get(written, key) != value:
+                sources.of[key] = f"{USER}; {label} has {show_value(value)}"
+    return Layered(layered(below, written), sources, problems)
+
+
+def show_value(value: Any) -> str:
+    """A value as the resolved configuration writes it (null, true, 0.16)."""
+    return (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
+
+
+def _hardware_layer(
+    written: dict[str, Any], problems: list[tuple[str, str]]
+) -> tuple[str, dict[str, Any]] | None:
+    section = written.get("hardware")
+    if not isinstance(section, dict):
+        return None
+    calibration = section.get("calibration")
+    if isinstance(calibration, str):
+        path = Path(calibration)
+        try:
+            found = read_calibration(path)
+        except ScenarioError as exc:
+            problems.append(("hardware.calibration", str(exc)))
+            return None
+        values = {f"hardware.{k}": v for k, v in found.values().items()}
+        return f"calibration {path.name}", values
+    name = section.get("gpu")
+    gpu = GPUS.get(name) if isinstance(name, str) else None
+    if gpu is None:
+        return None
+    return gpu.label, {f"hardware.{k}": v for k, v in gpu.values().items()}
+
+
+class Derivation:
+    """What SGLang derives from a layered document, filled in where the document is silent.
+
+    Values the document leaves out are read through `default` (the schema's defaults), so the
+    rules below never keep a second copy of them."""
+
+    def __init__(
+        self,
+        doc: dict[str, Any],
+        model: dict[str, Any],
+        sources: Sources,
+        default: Callable[[str], Any],
+    ) -> None:
+        self.doc, self.model, self.sources, self.default = doc, model, sources, default
+        self.era = era_of(doc)
+        self.tiers: tuple[ChunkTier, ...] = (
+            TIERS_SINCE_37898 if self.era is None else self.era.memory_tiers
+        )
+
+    def value(self, key: str) -> Any:
+        return get(self.doc, key) if has(self.doc, key) else self.default(key)
+
+    def fill(self, key: str, value: Any, why: str, kind: str = "derived") -> None:
+        put(self.doc, key, value)
+        self.sources.of[key] = f"{kind}: {why}"
+
+    def run(self) -> list[KeyedError]:
+        """Fill in place; returns what cannot be derived."""
+        self.adjust_host_layout()
+        memory = self.value("hardware.memory_mib")
+        if _number(memory) and not has(self.doc, "compute.chunk_tokens"):
+            era = "SGLang" if self.era is None else f"SGLang {self.era.name}"
+            self.fill(
+                "compute.chunk_tokens",
+                default_chunk_tokens(self.tiers, memory),
+                f"{era}'s chunked-prefill default for {memory:,} MiB",
+            )
+        self.host_link()
+        problems: list[KeyedError] = []
+        if not has(self.doc, "device.kv_pages") and _number(memory):
+            try:
+                self.device(memory)
+            except NoRoomForPools as exc:
+                problems.append(KeyedError("device.kv_pages", str(exc)))
+            except KeyedError as exc:
+                problems.append(exc)
+        kv_pages = self.value("device.kv_pages")
+        if not has(self.doc, "host.pages") and _number(kv_pages):
+            ratio = self.value("host.hicache_ratio")
+            if not _number(ratio):
+                ratio = hicache_ratio_default(str(self.value("host.mode")))
+            self.fill(
+                "host.pages",
+                host_pages(kv_pages, self.page_size, ratio),
+                f"host pool = {ratio:g} x the device KV pool (--hicache-ratio)",
+            )
+        return problems
+
+    @property
+    def page_size(self) -> int:
+        page = self.model.get("page_size") if isinstance(self.model, dict) else None
+        return page if _number(page) and isinstance(page, int) else self.default("model.page_size")
+
+    def adjust_host_layout(self) -> None:
+        """SGLang's own switches (`hicache_hook`): page_first_direct needs direct io, direct io
+        cannot use page_first, and a backend that cannot take layer_first moves off it."""
+        io, layout = self.value("host.io_backend"), self.value("host.mem_layout")
+        why = "(SGLang switches it)"
+        if layout == "page_first_direct" and io == "kernel":
+            self.fill(
+                "host.io_backend", "direct", f"page_first_direct needs direct io {why}", "adjusted"
+            )
+        elif layout == "page_first" and io == "direct":
+            self.fill(
+                "host.mem_layout",
+                "page_first_direct",
+                f"direct io cannot use page_first {why}",
+                "adjusted",
+            )
+        backend = backend_of(self.doc)
+        layout = self.value("host.mem_layout")
+        if backend is not None and layout in backend.forbids_layouts:
+            direct = self.value("host.io_backend") == "direct"
+            self.fill(
+                "host.mem_layout",
+                "page_first_direct" if direct else "page_first",
+                f"{backend.name} does not take {layout} {why}",
+                "adjusted",
+            )
+
+    def host_link(self) -> None:
+        """The host link of the io backend in use: the gather kernel's rate, or the bulk copy
+        rate plus a per-copy overhead for direct io."""
+        direct = self.value("host.io_backend") == "direct"
+        rate_key = "bulk_gbps" if direct else "kernel_gbps"
+        rate = self.value(f"hardware.{rate_key}")
+        if not _number(rate):
+            return
+        if not has(self.doc, "host.pcie_gbps"):
+            io = "direct" if direct else "kernel"
+            self.fill("host.pcie_gbps", rate, f"hardware.{rate_key} ({io} io)")
+        overhead = self.value("hardware.copy_overhead_us")
+        if direct and not has(self.doc, "host.copy_overhead_us") and _number(overhead):
+            self.fill(
+                "host.copy_overhead_us",
+                overhead,
+                "hardware.copy_overhead_us (direct io: one copy per layer per page)",
+            )
+
+    def device(self, memory: int) -> None:
+        """Device pools from GPU memory minus weights, as SGLang sizes them on one rank."""
+        name = self.model.get("preset") if isinstance(self.model, dict) else None
+        preset = MODEL_PRESETS.get(name) if isinstance(name, str) else None
+        if preset is None:
+            raise KeyedError(
+                "device.kv_pages",
+                "required: give it, or name model.preset with hardware.gpu to size the device "
+                "from the GPU's memory minus the model's weights",
+            )
+        tp = self.value("server.tp_size")
+        chunk = self.value("compute.chunk_tokens")
+        fraction = self.value("server.mem_fraction_static")
+        if not _number(fraction):
+            fraction = mem_fraction_static(self.tiers, memory, tp, chunk)
+            self.fill(
+                "server.mem_fraction_static",
+                fraction,
+                f"SGLang's rule for {memory:,} MiB at tp {tp}",
+            )
+        rank = rank_model(
+            tp_size=tp,
+            weight_bytes=preset.weight_bytes,
+            num_key_value_heads=preset.num_key_value_heads,
+            kv_bytes_per_token=self.pool_value("kv", "bytes_per_token"),
+            swa_bytes_per_token=self.pool_value("swa", "bytes_per_token"),
+            mamba_state_bytes=self.pool_value("mamba", "state_bytes"),
+        )
+        pools = device_pools(
+            rank,
+            memory_mib=memory,
+            fraction=fraction,
+            page_size=self.page_size,
+            swa_full_tokens_ratio=self.value("server.swa_full_tokens_ratio"),
+            mamba_full_memory_ratio=self.value("server.mamba_full_memory_ratio"),
+        )
+        weights = rank.weight_bytes / 2**30
+        self.fill(
+            "device.kv_pages",
+            pools.kv_tokens // self.page_size,
+            f"{fraction:.3f} of {memory:,} MiB less {weights:,.1f} GiB of {preset.source} "
+            f"weights a rank (tp {tp}): {pools.pool_bytes / 2**30:,.1f} GiB of pools",
+        )
+        if pools.swa_tokens is not None and not has(self.doc, "device.swa_pages"):
+            self.fill(
+                "device.swa_pages",
+                pools.swa_tokens // self.page_size,
+                "SWA tokens = swa_full_tokens_ratio x full tokens",
+            )
+        if pools.mamba_slots is not None and not has(self.doc, "device.mamba_slots"):
+            self.fill(
+                "device.mamba_slots",
+                pools.mamba_slots,
+                "mamba_full_memory_ratio of the pools for Mamba states",
+            )
+
+    def pool_value(self, pool: str, key: str) -> Any:
+        spec = self.model.get(pool) if isinstance(self.model, dict) else None
+        value = spec.get(key) if isinstance(spec, dict) else None
+        return value if _number(value) else None
+
+
+def derive(
+    doc: dict[str, Any], model: dict[str, Any], sources: Sources, default: Callable[[str], Any]
+) -> list[KeyedError]:
+    """Fill, in place, what SGLang derives and the document left out; returns what cannot be
+    derived. `model` is the document's model section with its preset expanded; `default` gives
+    the schema's default of a dotted key."""
+    return Derivation(doc, model, sources, default).run()
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
