@@ -58,6 +58,7 @@ def test_notebooks_exist() -> None:
         "checkpoint_interval",
         "cluster_sharing",
         "trace_replay",
+        "deployments",
     } <= names
 
 
