@@ -1,10 +1,12 @@
 """Routers: which server of a cluster each request goes to (SGLang model gateway's `--policy`).
 
-A router is built once per run from `cluster.router`, the server count, the page size and its
-own random stream, and is asked `route(request, servers, now_s)` at each arrival, with what the
-gateway knows of each server's load. The gateway matches text; here a request is its chained
-page keys, so prefixes are matched and hashed page by page.
-Routers are registered in `ROUTERS`, which is also the list `cluster.router.policy` accepts.
+A router is built once per run from its spec (`cluster.router`, told apart by its `policy`, each
+policy's spec holding only its own knobs), the server count, the page size and its own random
+stream, and is asked `route(request, servers, now_s)` at each arrival, with what the gateway
+knows of each server's load. The gateway matches text; here a request is its chained page keys,
+so prefixes are matched and hashed page by page.
+Router specs are registered in `ROUTERS`, which is also the list `cluster.router.policy`
+accepts.
 Sources and the exact rules: docs/model.md, "Routers".
 """
 
@@ -13,16 +15,15 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import Annotated, Literal, Protocol
 
 import numpy as np
+from pydantic import Field
 
 from sim.registry import Registry
+from sim.spec import NonNegInt, PositiveFloat, PositiveInt, Probability, Strict
 from sim.workload import Request
-
-if TYPE_CHECKING:
-    from sim.scenario import RouterSpec
 
 
 class ServerLoad(Protocol):
@@ -41,10 +42,21 @@ class Router(Protocol):
     def route(self, req: Request, servers: Sequence[ServerLoad], now_s: float) -> int: ...
 
 
-RouterFactory = Callable[["RouterSpec", int, int, np.random.Generator], Router]
-"""(spec, servers, page_size, rng) -> a router for one run."""
+class RouterSpec(Strict):
+    """`cluster.router:` — the policy that picks a server for each request (SGLang model
+    gateway's `--policy`), and that policy's own knobs (its flags)."""
 
-ROUTERS: Registry[RouterFactory] = Registry("router")
+    policy: str
+    """One of `ROUTERS`; the gateway's default is cache_aware."""
+
+    def build(self, servers: int, page_size: int, rng: np.random.Generator) -> Router:
+        raise NotImplementedError
+
+
+DEFAULT_ROUTER = "cache_aware"
+
+ROUTERS: Registry[type[RouterSpec]] = Registry("router")
+"""Router specs by `policy`; the spec's `build` makes the router of one run."""
 
 
 def least_loaded(servers: Sequence[ServerLoad]) -> int:
@@ -201,7 +213,7 @@ class CacheAware:
     server, or with `cache_aware_miss: smallest_tree` the server with the smallest tree (the
     rule before SGLang PR #14650). The prompt is then added to the chosen server's tree."""
 
-    def __init__(self, spec: RouterSpec, servers: int, page_size: int) -> None:
+    def __init__(self, spec: CacheAwareSpec, servers: int, page_size: int) -> None:
         self.spec = spec
         self.trees = [PrefixTree() for _ in range(servers)]
         self.max_pages = max(1, spec.max_tree_tokens // page_size)
@@ -236,18 +248,63 @@ class CacheAware:
         return loads.index(least)
 
 
-ROUTERS.register(
-    "cache_aware", lambda spec, servers, page_size, rng: CacheAware(spec, servers, page_size)
-)
-ROUTERS.register("round_robin", lambda spec, servers, page_size, rng: RoundRobin(servers))
-ROUTERS.register("random", lambda spec, servers, page_size, rng: Random(servers, rng))
-ROUTERS.register(
-    "power_of_two",
-    lambda spec, servers, page_size, rng: PowerOfTwo(servers, spec.load_poll_interval_s, rng),
-)
-ROUTERS.register(
-    "prefix_hash",
-    lambda spec, servers, page_size, rng: PrefixHash(
-        servers, spec.prefix_tokens, spec.prefix_hash_load_factor, page_size
-    ),
-)
+class CacheAwareSpec(RouterSpec):
+    policy: Literal["cache_aware"] = "cache_aware"
+    cache_threshold: Probability = 0.3
+    """The prefix match ratio above which the best-matching server is chosen."""
+    balance_abs_threshold: NonNegInt = 64
+    """In-flight requests by which the busiest server must lead the idlest..."""
+    balance_rel_threshold: Annotated[float, Field(strict=True, ge=1.0)] = 1.5
+    """...and the factor by which it must lead it, for the load to count as imbalanced."""
+    cache_aware_miss: Literal["min_load", "smallest_tree"] = "min_load"
+    """Below the threshold: the least loaded server (SGLang since PR #14650) or the server with
+    the smallest tree (before)."""
+    eviction_interval_s: PositiveFloat = 60.0
+    """How often the router trims its per-server prefix trees."""
+    max_tree_tokens: PositiveInt = 2**24
+    """What each server's tree is trimmed to, least recently routed first (the gateway's
+    2^26-character budget at about four characters a token)."""
+
+    def build(self, servers: int, page_size: int, rng: np.random.Generator) -> Router:
+        return CacheAware(self, servers, page_size)
+
+
+class RoundRobinSpec(RouterSpec):
+    policy: Literal["round_robin"] = "round_robin"
+
+    def build(self, servers: int, page_size: int, rng: np.random.Generator) -> Router:
+        return RoundRobin(servers)
+
+
+class RandomSpec(RouterSpec):
+    policy: Literal["random"] = "random"
+
+    def build(self, servers: int, page_size: int, rng: np.random.Generator) -> Router:
+        return Random(servers, rng)
+
+
+class PowerOfTwoSpec(RouterSpec):
+    policy: Literal["power_of_two"] = "power_of_two"
+    load_poll_interval_s: PositiveFloat = 30.0
+    """How often the gateway polls each server's load (tokens in flight)."""
+
+    def build(self, servers: int, page_size: int, rng: np.random.Generator) -> Router:
+        return PowerOfTwo(servers, self.load_poll_interval_s, rng)
+
+
+class PrefixHashSpec(RouterSpec):
+    policy: Literal["prefix_hash"] = "prefix_hash"
+    prefix_tokens: PositiveInt = 256
+    """How many leading tokens are hashed to pick a server."""
+    prefix_hash_load_factor: Annotated[float, Field(strict=True, ge=1.0)] = 1.25
+    """A server above this multiple of the mean load is passed over."""
+
+    def build(self, servers: int, page_size: int, rng: np.random.Generator) -> Router:
+        return PrefixHash(servers, self.prefix_tokens, self.prefix_hash_load_factor, page_size)
+
+
+ROUTERS.register("cache_aware", CacheAwareSpec)
+ROUTERS.register("round_robin", RoundRobinSpec)
+ROUTERS.register("random", RandomSpec)
+ROUTERS.register("power_of_two", PowerOfTwoSpec)
+ROUTERS.register("prefix_hash", PrefixHashSpec)

@@ -44,7 +44,7 @@ from sim.model.prefetch import PREFETCH_POLICIES
 from sim.model.presets import MODEL_PRESETS
 from sim.model.storage import HIT_QUERIES
 from sim.registry import Registry
-from sim.routing import ROUTERS
+from sim.routing import DEFAULT_ROUTER, ROUTERS, RouterSpec
 from sim.sizes import expected, normalize_sizes, size_keys
 from sim.spec import (
     KeyedError,
@@ -253,46 +253,28 @@ class ComputeSpec(Strict):
     node end with its aux state kept; null: one pass."""
 
 
-class RouterSpec(Strict):
-    """`cluster.router:` — the policy that picks a server for each request, and its knobs
-    (SGLang model gateway's `--policy` and its flags; each policy reads only its own)."""
-
-    policy: str = "cache_aware"
-    """One of `sim.routing.ROUTERS`; the gateway's default is cache_aware."""
-    cache_threshold: Probability = 0.3
-    """cache_aware: the prefix match ratio above which the best-matching server is chosen."""
-    balance_abs_threshold: NonNegInt = 64
-    """cache_aware: in-flight requests by which the busiest server must lead the idlest..."""
-    balance_rel_threshold: Annotated[float, Field(strict=True, ge=1.0)] = 1.5
-    """...and the factor by which it must lead it, for the load to count as imbalanced."""
-    cache_aware_miss: Literal["min_load", "smallest_tree"] = "min_load"
-    """cache_aware below the threshold: the least loaded server (SGLang since PR #14650) or the
-    server with the smallest tree (before)."""
-    eviction_interval_s: PositiveFloat = 60.0
-    """cache_aware: how often the router trims its per-server prefix trees."""
-    max_tree_tokens: PositiveInt = 2**24
-    """cache_aware: what each server's tree is trimmed to, least recently routed first (the
-    gateway's 2^26-character budget at about four characters a token)."""
-    prefix_tokens: PositiveInt = 256
-    """prefix_hash: how many leading tokens are hashed to pick a server."""
-    prefix_hash_load_factor: Annotated[float, Field(strict=True, ge=1.0)] = 1.25
-    """prefix_hash: a server above this multiple of the mean load is passed over."""
-    load_poll_interval_s: PositiveFloat = 30.0
-    """power_of_two: how often the gateway polls each server's load (tokens in flight)."""
-
-
 class ClusterSpec(Strict):
     """`cluster:` — N servers, each configured as this scenario's server, behind one router
     and sharing the storage backend (its pools, capacity, faults and aggregate bandwidth)."""
 
     instances: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
-    router: RouterSpec = Field(default_factory=RouterSpec)
+    router: RouterSpec = Field(default_factory=ROUTERS[DEFAULT_ROUTER])
+    """One of `sim.routing.ROUTERS` by its `policy` (default cache_aware, the gateway's)."""
     link_gbps: PositiveFloat | None = None
     """Each server's own link to the backend (each direction); null: only the backend's
     aggregate `storage.read_gbps` / `storage.write_gbps` limit a server."""
     scale_arrivals: bool = False
     """Divide the workload's arrival times by `instances`, so each server sees the load one
     server sees without this (follow-up turns keep their think times)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_policy(cls, data: Any) -> Any:
+        """A router written without its `policy` is the gateway's default."""
+        router = data.get("router") if isinstance(data, dict) else None
+        if isinstance(router, dict) and "policy" not in router:
+            return {**data, "router": {"policy": DEFAULT_ROUTER, **router}}
+        return data
 
 
 class ServerSpec(Strict):
@@ -604,25 +586,16 @@ def _schema(*versions: int) -> type[Scenario]:
         __base__=PrefetchSpec,
         policy=(_one_of(PREFETCH_POLICIES), _default(PrefetchSpec, "policy")),
     )
-    router = create_model(
-        "RouterSpec",
-        __base__=RouterSpec,
-        __doc__=RouterSpec.__doc__,
-        policy=(_one_of(ROUTERS), _default(RouterSpec, "policy")),
-    )
     cluster = create_model(
         "ClusterSpec",
         __base__=ClusterSpec,
         __doc__=ClusterSpec.__doc__,
-        router=(router, Field(default_factory=router)),
+        router=(
+            _tagged(ROUTERS, "policy"),
+            Field(default_factory=ROUTERS[DEFAULT_ROUTER]),
+        ),
     )
-    for name, spec in WORKLOAD_KINDS.items():
-        if get_args(spec.model_fields["kind"].annotation) != (name,):
-            raise ValueError(f"workload kind {name!r}: its spec's `kind` must be Literal[{name!r}]")
-    kinds = tuple(WORKLOAD_KINDS.values())
-    workload: Any = (
-        kinds[0] if len(kinds) == 1 else Annotated[Union[kinds], Field(discriminator="kind")]  # noqa: UP007
-    )
+    workload = _tagged(WORKLOAD_KINDS, "kind")
     return cast(
         type[Scenario],
         create_model(
@@ -640,6 +613,17 @@ def _schema(*versions: int) -> type[Scenario]:
             cluster=(cluster, Field(default_factory=cluster)),
         ),
     )
+
+
+def _tagged(registry: Registry[Any], tag: str) -> Any:
+    """The union of a registry's specs, told apart by their `tag` field."""
+    for name, spec in registry.items():
+        if get_args(spec.model_fields[tag].annotation) != (name,):
+            raise ValueError(
+                f"{registry.what} {name!r}: its spec's `{tag}` must be Literal[{name!r}]"
+            )
+    specs = tuple(registry.values())
+    return specs[0] if len(specs) == 1 else Annotated[Union[specs], Field(discriminator=tag)]  # noqa: UP007
 
 
 def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
@@ -763,16 +747,27 @@ def _describe(err: Any, doc: dict[str, Any]) -> tuple[str | None, str]:
     ctx_error = err.get("ctx", {}).get("error")
     if isinstance(ctx_error, KeyedError):
         return ctx_error.key, str(ctx_error).split(": ", 1)[1]
-    parts = [str(p) for p in loc if not _is_union_tag(p, loc) and p != "[key]"]
+    parts = [str(p) for i, p in enumerate(loc) if not _is_union_tag(p, loc[:i]) and p != "[key]"]
     key = ".".join(parts) if loc else None
     kind = err["type"]
     if kind == "extra_forbidden":
         guess = _nearest(parts[-1] if parts else "", _known_keys(parts[:-1], doc))
+        owners = _tagged_owners(parts)
+        if owners:
+            return key, f"unknown key here: it is a key of {' and '.join(owners)}"
         return key, "unknown key" + (f"; did you mean {guess!r}?" if guess else "")
     if kind == "missing":
         return key, "required key is missing"
     message = err["msg"]
-    if kind in ("literal_error", "union_tag_invalid"):
+    if kind == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        key = f"{key}.{str(ctx.get('discriminator', '')).strip(chr(39))}"
+        expected_tags = str(ctx.get("expected_tags", ""))
+        message = f"must be one of {expected_tags.replace(chr(39), '')}"
+        guess = _nearest(str(ctx.get("tag")), re.findall(r"'([^']*)'", expected_tags))
+        message += f"; did you mean {guess!r}?" if guess else ""
+        return key, f"{message} (got {_brief_repr(ctx.get('tag'))})"
+    if kind == "literal_error":
         choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         guess = _nearest(str(err.get("input")), choices)
         if guess:
@@ -829,21 +824,42 @@ def _field_model(model: Any, part: str, node: Any) -> Any:
     field = fields.get(part)
     if field is None:
         return None
+    for registry, tag, default in _TAGGED.get(part, ()):
+        name = _mapping(_mapping(node).get(part)).get(tag, default)
+        return registry.get(name) if isinstance(name, str) else None
     candidates = [field.annotation, *get_args(field.annotation)]
     for candidate in candidates:
         if isinstance(candidate, type) and hasattr(candidate, "model_fields"):
             return candidate
         if get_args(candidate) and getattr(candidate, "__origin__", None) is dict:
             return candidate
-    if part == "workload":
-        kind = _mapping(_mapping(node).get("workload")).get("kind")
-        return WORKLOAD_KINDS.get(kind) if isinstance(kind, str) else None
     return None
 
 
-def _is_union_tag(part: Any, loc: tuple[Any, ...]) -> bool:
-    """Pydantic inserts the discriminator value ('shared_prefix') into error locations."""
-    return part in WORKLOAD_KINDS and bool(loc) and loc[0] == "workload"
+_TAGGED: dict[str, tuple[tuple[Registry[Any], str, str | None], ...]] = {
+    "workload": ((WORKLOAD_KINDS, "kind", None),),
+    "router": ((ROUTERS, "policy", DEFAULT_ROUTER),),
+}
+"""Parts that are a union of registered specs: (registry, tag field, default tag)."""
+
+
+def _tagged_owners(parts: list[str]) -> list[str]:
+    """For a key unknown inside a tagged part (`cluster.router.prefix_tokens` under
+    cache_aware): the tags whose specs do have it."""
+    if len(parts) < 2:
+        return []
+    return [
+        f"{tag} {name}"
+        for registry, tag, _ in _TAGGED.get(parts[-2], ())
+        for name, spec in registry.items()
+        if parts[-1] in spec.model_fields
+    ]
+
+
+def _is_union_tag(part: Any, before: tuple[Any, ...]) -> bool:
+    """Pydantic inserts the discriminator value ('shared_prefix') into error locations, after
+    the name of the tagged part."""
+    return bool(before) and any(part in reg for reg, _, _ in _TAGGED.get(str(before[-1]), ()))
 
 
 def load_scenario(

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from sim.routing import ROUTERS, CacheAware, PrefixTree, Router
-from sim.scenario import RouterSpec
+from sim.routing import ROUTERS, CacheAware, CacheAwareSpec, PrefixTree, Router
+from sim.scenario import ScenarioError
 from sim.workload import Request
+from tests.conftest import make_scenario
 
 PAGE = 64
 
@@ -31,7 +32,7 @@ def chain(start: int, n: int) -> list[int]:
 
 
 def router(policy: str, servers: int, **spec: object) -> Router:
-    return ROUTERS[policy](RouterSpec(**spec), servers, PAGE, np.random.default_rng(0))  # type: ignore[arg-type]
+    return ROUTERS[policy](**spec).build(servers, PAGE, np.random.default_rng(0))
 
 
 def test_round_robin_takes_each_server_in_turn() -> None:
@@ -150,3 +151,19 @@ def test_cache_aware_miss_rule_before_sglang_pr_14650_picks_the_smallest_tree() 
 def test_one_server_always_gets_everything(policy: str) -> None:
     r = router(policy, 1)
     assert {r.route(request(chain(k, 5)), [Load(k)], float(k)) for k in range(1, 30)} == {0}
+
+
+def test_each_router_spec_holds_only_its_own_knobs() -> None:
+    """`cluster.router` is told apart by `policy`; a knob of another policy is refused, naming
+    the policy it belongs to, and a router without a policy is the gateway's default."""
+    plain = make_scenario(**{"cluster.router": {"cache_threshold": 0.5}})
+    assert isinstance(plain.cluster.router, CacheAwareSpec)
+    assert plain.cluster.router.cache_threshold == 0.5
+    with pytest.raises(ScenarioError) as bad:
+        make_scenario(**{"cluster.router": {"policy": "round_robin", "cache_threshold": 0.5}})
+    assert bad.value.key == "cluster.router.cache_threshold"
+    assert "policy cache_aware" in str(bad.value)
+    with pytest.raises(ScenarioError) as misspelt:
+        make_scenario(**{"cluster.router.policy": "cache_awre"})
+    assert misspelt.value.key == "cluster.router.policy"
+    assert "did you mean 'cache_aware'" in str(misspelt.value)

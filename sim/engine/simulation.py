@@ -20,7 +20,7 @@ from sim.engine.server import Server
 from sim.model.build import ClusterModel, Eviction, build_cluster, stream, workload_stream
 from sim.model.pools import ROUTER_STREAM
 from sim.model.storage import GB
-from sim.routing import ROUTERS, Router
+from sim.routing import Router
 from sim.scenario import Scenario
 from sim.workload import Request, Workload
 
@@ -76,8 +76,8 @@ class Simulation:
             )
             for model in self.cluster.servers
         ]
-        self.router: Router = ROUTERS[spec.router.policy](
-            spec.router, len(self.servers), page_size, stream(scenario.seed, ROUTER_STREAM)
+        self.router: Router = spec.router.build(
+            len(self.servers), page_size, stream(scenario.seed, ROUTER_STREAM)
         )
         self._ts_interval = scenario.duration_s / 200.0 or scenario.duration_s
 
