@@ -39,7 +39,7 @@ from sim.scenario import (
     scenario_document,
 )
 from sim.sweep import compute, confidence, parse_target, plan
-from sim.units import unit_of, with_unit
+from sim.units import param_text, param_unit
 
 
 @dataclass
@@ -66,12 +66,12 @@ class CapacityAnswer:
             return f"no value in range meets {self.target} with 95 % confidence"
         best = next(e for e in self.evaluations if e.value == self.answer)
         line = (
-            f"{self.param} = {with_unit(self.answer, self.param)}: "
+            f"{self.param} = {param_text(self.param, self.answer)}: "
             f"{self.target.split('>')[0].split('<')[0]} mean {best.mean:.4g}, "
             f"95 % CI [{best.ci_low:.4g}, {best.ci_high:.4g}] over {best.n} seeds"
         )
         if self.largest_failing is not None:
-            line += f"; {with_unit(self.largest_failing, self.param)} does not meet it"
+            line += f"; {param_text(self.param, self.largest_failing)} does not meet it"
         return line
 
 
@@ -125,7 +125,7 @@ class CapacitySearch:
         )
         self.evaluations[value] = evaluation
         if self._bar is not None:
-            self._bar.set_postfix_str(f"{self.param}={with_unit(value, self.param)}")
+            self._bar.set_postfix_str(f"{self.param}={param_text(self.param, value)}")
             self._bar.update(1)
         return evaluation
 
@@ -174,7 +174,7 @@ class CapacitySearch:
             raise ScenarioError(
                 option,
                 None,
-                f"{self.param}={with_unit(value, self.param)} is refused by the scenario"
+                f"{self.param}={param_text(self.param, value)} is refused by the scenario"
                 f"{where}: {exc.message}",
             ) from None
 
@@ -214,7 +214,7 @@ class CapacitySearch:
                 {
                     "scenario": self.scenario.name,
                     "param": answer.param,
-                    "unit": unit_of(answer.param),
+                    "unit": param_unit(answer.param),
                     "target": answer.target,
                     "seeds": self.seeds,
                     "answer": answer.answer,

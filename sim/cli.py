@@ -453,7 +453,7 @@ def capacity_cmd(
     from sim.outputs.plot import plot_capacity
     from sim.outputs.results import default_out
     from sim.sweep import finished_runs
-    from sim.units import with_unit
+    from sim.units import param_text
 
     sc = _load(scenario, overrides)
     if (bounds is None) == (values is None):
@@ -487,7 +487,7 @@ def capacity_cmd(
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
         click.echo(
-            f"{param}={with_unit(ev.value, param)}: mean {ev.mean:.4g} "
+            f"{param}={param_text(param, ev.value)}: mean {ev.mean:.4g} "
             f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
     click.echo(answer.describe())

@@ -39,7 +39,7 @@ from sim.deployment.profiles import CUSTOM, SGLANG_ERAS, STORAGE_BACKENDS, refus
 from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
 from sim.documents import apply_override, layered, parse_override, read_document
 from sim.heal import RULES
-from sim.model.pools import KV, POOL_KINDS, KVPoolSpec, PoolSpec
+from sim.model.pools import DEFAULT_PAGE_SIZE, KV, POOL_KINDS, KVPoolSpec, PoolSpec
 from sim.model.prefetch import PREFETCH_POLICIES
 from sim.model.presets import MODEL_PRESETS
 from sim.model.storage import HIT_QUERIES
@@ -56,6 +56,7 @@ from sim.spec import (
     ScenarioError,
     Strict,
 )
+from sim.units import param_hint
 from sim.workload import (
     WORKLOAD_KINDS,
     MooncakeWorkload,
@@ -116,7 +117,7 @@ class ModelSpec(Strict):
     """One of `sim.model.presets.MODEL_PRESETS`: its derived pool specs are the defaults of
     `kv`, `swa` and `mamba`, field by field under what the file writes (`null` drops a pool);
     kept in the resolved config as provenance."""
-    page_size: Annotated[int, Field(strict=True, ge=1, le=2**16)] = 64
+    page_size: Annotated[int, Field(strict=True, ge=1, le=2**16)] = DEFAULT_PAGE_SIZE
     kv: KVPoolSpec
 
     @model_validator(mode="before")
@@ -729,18 +730,6 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-_UNIT_HINTS = (
-    ("_gbps", "GB/s (1e9 bytes per second)"),
-    ("_fail_prob", "a probability in [0, 1]"),
-    ("_per_s", "a rate per second"),
-    ("_ms", "milliseconds"),
-    ("_s", "seconds"),
-    ("bytes_per_token", "bytes per token"),
-    ("state_bytes", "bytes"),
-    ("_tokens", "tokens"),
-)
-
-
 def _describe(err: Any, doc: dict[str, Any]) -> tuple[str | None, str]:
     """A pydantic error as (dotted key, message with the value got, the unit and a guess)."""
     loc = err["loc"]
@@ -793,8 +782,7 @@ def _unit_hint(key: str, doc: dict[str, Any]) -> str:
     for size in size_keys(doc):
         if size.key == key:
             return expected(size)
-    leaf = key.rsplit(".", 1)[-1]
-    return next((hint for suffix, hint in _UNIT_HINTS if leaf.endswith(suffix)), "")
+    return param_hint(key)
 
 
 def _nearest(word: str, known: list[str]) -> str | None:

@@ -16,21 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sim.model.pools import KV, POOL_KINDS, Pool, Residency
+from sim.model.pools import DEFAULT_PAGE_SIZE, KV, POOL_KINDS, Pool, Residency
+from sim.units import BYTE_UNITS, GB, size_text
 
-BYTE_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]+)\s*$")
-GB = 10**9
 
 
 @dataclass(frozen=True)
@@ -70,7 +59,7 @@ def size_keys(doc: dict[str, Any], model: dict[str, Any] | None = None) -> Itera
 
 
 def _page_size(model: dict[str, Any]) -> int:
-    page = model.get("page_size", 64)
+    page = model.get("page_size", DEFAULT_PAGE_SIZE)
     return page if isinstance(page, int) and not isinstance(page, bool) and page > 0 else 64
 
 
@@ -172,17 +161,9 @@ def size_notes(doc: dict[str, Any]) -> dict[str, str]:
             parts.append(f"{int(value) * size.unit_tokens:,} tokens")
         elif size.unit_tokens is not None:
             parts.append(f"{value * size.unit_tokens:,.0f} tokens")
-        parts.append(human_bytes(value * size.unit_bytes))
+        parts.append(size_text(value * size.unit_bytes))
         notes[size.key] = ", ".join(parts)
     return notes
-
-
-def human_bytes(n: float) -> str:
-    """Bytes with a binary unit (GiB) and the decimal GB beside it when they differ."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:,.2f} {unit} ({n / GB:,.2f} GB)"
-    return f"{n:,.0f} B"
 
 
 def annotate_yaml(text: str, notes: dict[str, str]) -> str:

@@ -19,7 +19,7 @@ from sim.capacity import CapacitySearch
 from sim.outputs.metrics import summary_keys
 from sim.runner import run
 from sim.scenario import build_scenario
-from sim.units import parse_quantity, unit_of, with_unit
+from sim.units import param_text, param_unit, parse_quantity
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, make_scenario, ok
 
 CAP = "storage.pools.swa.capacity_gb"
@@ -186,7 +186,7 @@ def test_a_gb_key_takes_sizes_with_units_and_the_answer_says_gb(work: Path):
     assert saved["unit"] == "GB"
     assert saved["answer"] is not None
     statement = saved["statement"]
-    assert statement.startswith(f"{CAP} = {with_unit(saved['answer'], CAP)}:"), statement
+    assert statement.startswith(f"{CAP} = {param_text(CAP, saved['answer'])}:"), statement
     assert " GB: discard_rate mean" in statement
     assert statement in result.stdout
     assert f"{CAP}=0.02 GB:" in result.stdout, "every evaluation is printed with its unit"
@@ -224,16 +224,16 @@ def test_the_answer_of_a_count_key_says_its_unit(work: Path):
         ("storage.pools.swa.put_fail_prob", ""),
     ],
 )
-def test_unit_of_a_key_comes_from_its_name(key: str, unit: str):
-    assert unit_of(key) == unit
+def test_param_unit_comes_from_the_key_name(key: str, unit: str):
+    assert param_unit(key) == unit
 
 
-def test_with_unit():
-    assert with_unit(0.975781, CAP) == "0.975781 GB"
-    assert with_unit(3000, "device.swa_pages") == "3000 pages"
-    assert with_unit(2.0, "device.mamba_slots") == "2 slots"
-    assert with_unit(0.5, "storage.pools.swa.evict_rate_per_s") == "0.5/s"
-    assert with_unit(0.05, "storage.pools.swa.put_fail_prob") == "0.05"
+def test_param_text():
+    assert param_text(CAP, 0.975781) == "0.975781 GB"
+    assert param_text("device.swa_pages", 3000) == "3000 pages"
+    assert param_text("device.mamba_slots", 2.0) == "2 slots"
+    assert param_text("storage.pools.swa.evict_rate_per_s", 0.5) == "0.5/s"
+    assert param_text("storage.pools.swa.put_fail_prob", 0.05) == "0.05"
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from sim.outputs.plot import (
     run_figure,
 )
 from sim.outputs.report import build_report
-from sim.sizes import human_bytes
+from sim.units import size_text
 from tests.conftest import PNG_MAGIC, invoke, make_doc, ok, read_summary
 from tests.test_report import Page, assert_self_contained, chromium, dump_dom
 
@@ -325,7 +325,7 @@ def test_run_prints_the_cluster_lines(runs) -> None:
     assert text["loops stale by other server"] == f"{stale:,} of {loops:,} loops"
     read, written = summary["read_transfer_bytes"], summary["written_bytes"]
     assert read > 0 and written > 0
-    assert text["storage traffic"] == f"read {human_bytes(read)}, written {human_bytes(written)}"
+    assert text["storage traffic"] == f"read {size_text(read)}, written {size_text(written)}"
 
 
 def test_run_of_one_server_prints_what_it_always_did(runs) -> None:

@@ -18,7 +18,7 @@ import yaml
 
 from sim.outputs.findings import capacity_findings, compare_findings, run_findings
 from sim.outputs.report import build_report, header_comment
-from sim.outputs.units import cell, unit_of, with_unit
+from sim.units import cell, metric_text, metric_unit
 from tests.conftest import PNG_MAGIC, invoke, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"
@@ -269,25 +269,25 @@ def test_plot_draws_a_capacity_directory(copy_of) -> None:
 
 
 def test_units_from_key_suffixes() -> None:
-    assert unit_of("wasted_read_bytes") == "bytes"
-    assert unit_of("storage_swa_stored_bytes") == "bytes"
-    assert unit_of("l3_loaded_tokens") == "tokens"
-    assert unit_of("device_swa_resident_tokens_mean") == "tokens"
-    assert unit_of("device_mamba_resident_slots_mean") == "slots"
-    assert unit_of("ttft_p99_s") == "s"
-    assert unit_of("heal_rate") == "ratio"
-    assert unit_of("rewrite_pages") == "pages"
-    assert unit_of("written_swa_objects") == "objects"
-    assert unit_of("loop_length_max") == "discards"
-    assert unit_of("prefetch_issued") == "prefetches"
-    assert unit_of("storage_kv_get_hits") == "objects"
+    assert metric_unit("wasted_read_bytes") == "bytes"
+    assert metric_unit("storage_swa_stored_bytes") == "bytes"
+    assert metric_unit("l3_loaded_tokens") == "tokens"
+    assert metric_unit("device_swa_resident_tokens_mean") == "tokens"
+    assert metric_unit("device_mamba_resident_slots_mean") == "slots"
+    assert metric_unit("ttft_p99_s") == "s"
+    assert metric_unit("heal_rate") == "ratio"
+    assert metric_unit("rewrite_pages") == "pages"
+    assert metric_unit("written_swa_objects") == "objects"
+    assert metric_unit("loop_length_max") == "discards"
+    assert metric_unit("prefetch_issued") == "prefetches"
+    assert metric_unit("storage_kv_get_hits") == "objects"
     assert cell("wasted_read_bytes", 12_262_440_960) == "12.26 GB"
     assert cell("wasted_read_bytes", 0) == "0 B"
     assert cell("heal_rate", None) == "–"
     assert cell("prompt_tokens", 6149120.0) == "6,149,120"
-    assert with_unit("rewrite_pages", 1) == "1 page"
-    assert with_unit("prefetch_issued", 1) == "1 prefetch"
-    assert with_unit("ttft_p99_s", 0.23851) == "0.2385 s"
+    assert metric_text("rewrite_pages", 1) == "1 page"
+    assert metric_text("prefetch_issued", 1) == "1 prefetch"
+    assert metric_text("ttft_p99_s", 0.23851) == "0.2385 s"
 
 
 def test_run_findings_without_prefetches_or_discards() -> None:

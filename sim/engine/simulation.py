@@ -19,9 +19,9 @@ from sim.engine.links import DedicatedLink, Link, SharedBandwidth
 from sim.engine.server import Server
 from sim.model.build import ClusterModel, Eviction, build_cluster, stream, workload_stream
 from sim.model.pools import ROUTER_STREAM
-from sim.model.storage import GB
 from sim.routing import Router
 from sim.scenario import Scenario
+from sim.units import GB
 from sim.workload import Request, Workload
 
 _simpy_step = simpy.Environment.step

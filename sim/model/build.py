@@ -22,7 +22,8 @@ from sim.model.loops import LoopTracker
 from sim.model.pools import EVICTION_STREAM, KV, POOL_KINDS, WORKLOAD_STREAM, Pool, Residency
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from sim.model.radix import AuxDevice, RadixTree
-from sim.model.storage import GB, Storage, StoragePool
+from sim.model.storage import Storage, StoragePool
+from sim.units import GB
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario

@@ -25,6 +25,9 @@ from sim.registry import Registry
 from sim.spec import Bytes, Strict
 
 KV = "kv"
+DEFAULT_PAGE_SIZE = 64
+"""Tokens a page holds unless the model says otherwise (SGLang's HiCache page size in our
+scenarios; `model.page_size`)."""
 """The full-attention pool: the chain every other pool is keyed along, and the pool whose
 beliefs drive the FULL check and the parent-cover gate."""
 

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from sim.outputs.metrics import SUMMARY_KEYS
 from sim.runner import RunResult
 from sim.scenario import Scenario
-from sim.sizes import human_bytes
+from sim.units import size_text
 
 COMPARE_COLUMNS = tuple(
     key
@@ -89,9 +89,9 @@ def summary_lines(s: dict[str, Any], router: str | None = None) -> list[tuple[st
             "repeated-failure loops",
             f"{loops:,}, heal rate {_fmt(heal)}, longest {s.get('loop_length_max', 0)} discards",
         ),
-        ("wasted storage reads", human_bytes(float(s.get("wasted_read_bytes") or 0))),
+        ("wasted storage reads", size_text(float(s.get("wasted_read_bytes") or 0))),
         ("rewritten after a heal", f"{s.get('rewrite_pages', 0):,} pages"),
-        ("written to storage", human_bytes(float(s.get("written_bytes") or 0))),
+        ("written to storage", size_text(float(s.get("written_bytes") or 0))),
         ("TTFT p50 / p99", f"{seconds('ttft_p50_s')} / {seconds('ttft_p99_s')}"),
         ("wall clock", f"{s.get('wall_s', 0):.2f} s ({s.get('events', 0):,} events)"),
     ]
@@ -103,8 +103,8 @@ def summary_lines(s: dict[str, Any], router: str | None = None) -> list[tuple[st
         ("cluster", f"{instances:,} instances{behind}"),
         ("load imbalance", f"{_fmt(s.get('load_imbalance'))} (busiest's requests / mean)"),
     ]
-    read = human_bytes(float(s.get("read_transfer_bytes") or 0))
-    written = human_bytes(float(s.get("written_bytes") or 0))
+    read = size_text(float(s.get("read_transfer_bytes") or 0))
+    written = size_text(float(s.get("written_bytes") or 0))
     across = [
         (
             "L3 read across servers",

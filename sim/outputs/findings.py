@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.outputs.units import brief, cell, human_bytes, is_missing, number, unit_of, with_unit
 from sim.sweep import parse_target
+from sim.units import brief, bytes_text, cell, is_missing, metric_text, metric_unit, number
 
 LABELS = {
     "prefetch_discarded": "discarded prefetches",
@@ -122,7 +122,7 @@ def _looped(s: Mapping[str, Any]) -> str:
     loops = _count(s, "loops")
     text = (
         f"{discarded:,} of the {issued:,} issued prefetches were discarded (discard rate "
-        f"{number(s.get('discard_rate'))}), in {with_unit('loops', loops)}"
+        f"{number(s.get('discard_rate'))}), in {metric_text('loops', loops)}"
     )
     longest = _count(s, "loop_length_max")
     if loops and longest > 1:
@@ -150,7 +150,7 @@ def _healed(s: Mapping[str, Any]) -> str | None:
         f"{healed:,} of the {retried:,} retried loops healed (heal rate {number(s['heal_rate'])})"
     )
     if not is_missing(s.get("time_to_heal_p50_s")):
-        took = with_unit("time_to_heal_p50_s", s["time_to_heal_p50_s"])
+        took = metric_text("time_to_heal_p50_s", s["time_to_heal_p50_s"])
         text += (
             f"; the median healed loop took {took} from its first discard to its healing success"
         )
@@ -164,11 +164,11 @@ def _cost(s: Mapping[str, Any]) -> str:
     parts = []
     wasted = s.get("wasted_read_bytes")
     if not is_missing(wasted) and wasted:
-        parts.append(f"{human_bytes(float(wasted))} of storage reads thrown away with the discards")
+        parts.append(f"{bytes_text(float(wasted))} of storage reads thrown away with the discards")
     rewrites = _count(s, "rewrite_pages")
     rewrite = f"{rewrites:,} KV pages rewritten after heals"
     if rewrites and not is_missing(s.get("rewrite_bytes")):
-        rewrite += f" ({human_bytes(float(s['rewrite_bytes']))} of writes)"
+        rewrite += f" ({bytes_text(float(s['rewrite_bytes']))} of writes)"
     parts.append(rewrite)
     prompt, recomputed = _count(s, "prompt_tokens"), _count(s, "recomputed_tokens")
     if prompt:
@@ -176,9 +176,9 @@ def _cost(s: Mapping[str, Any]) -> str:
             f"{recomputed:,} of {prompt:,} prompt tokens recomputed ({percent(recomputed, prompt)})"
         )
     if not is_missing(s.get("ttft_p99_s")):
-        ttft = f"a TTFT p99 of {with_unit('ttft_p99_s', s['ttft_p99_s'])}"
+        ttft = f"a TTFT p99 of {metric_text('ttft_p99_s', s['ttft_p99_s'])}"
         if not is_missing(s.get("ttft_p50_s")):
-            ttft += f" (p50 {with_unit('ttft_p50_s', s['ttft_p50_s'])})"
+            ttft += f" (p50 {metric_text('ttft_p50_s', s['ttft_p50_s'])})"
         parts.append(ttft)
     return f"What it cost: {_join(parts)}."
 
@@ -242,14 +242,14 @@ def compare_findings(table: pd.DataFrame, column: str) -> list[str]:
         if not present:
             continue
         if len(present) == len(values) and min(present) == max(present):
-            same.append(f"{label(key)} ({with_unit(key, values[0])})")
+            same.append(f"{label(key)} ({metric_text(key, values[0])})")
             continue
         items = [f"{base} {brief(key, values[0])}"]
         for name, value in zip(names[1:], values[1:], strict=True):
             delta = _delta(key, values[0], value)
             items.append(f"{name} {brief(key, value)}" + (f" ({delta})" if delta else ""))
         sentences.append(f"{capital(label(key))}: {'; '.join(items)}.")
-        if unit_of(key) != "ratio" and min(present) > 0:
+        if metric_unit(key) != "ratio" and min(present) > 0:
             spreads.append((max(present) / min(present), key))
     if spreads:
         ratio, key = max(spreads)
@@ -258,8 +258,8 @@ def compare_findings(table: pd.DataFrame, column: str) -> list[str]:
         sentences.insert(
             0,
             f"The variants differ most in {label(key)}: {ratio:.3g}× from "
-            f"{with_unit(key, rows[low][key])} under {names[low]} to "
-            f"{with_unit(key, rows[high][key])} under {names[high]}.",
+            f"{metric_text(key, rows[low][key])} under {names[low]} to "
+            f"{metric_text(key, rows[high][key])} under {names[high]}.",
         )
     if same:
         sentences.append(f"The same under every variant: {_join(same)}.")
@@ -278,7 +278,7 @@ def _delta(key: str, base: Any, value: Any) -> str:
     base, value = float(base), float(value)
     if value == base:
         return "the same"
-    if unit_of(key) == "ratio":
+    if metric_unit(key) == "ratio":
         return f"{value - base:+.3g}"
     if base == 0:
         return "none under the first"

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from sim.outputs.files import read_table, replace_file
 from sim.sweep import parse_target
-from sim.units import unit_of, with_unit
+from sim.units import param_text, param_unit
 
 COMPARE_PANELS = (
     ("discard_rate", "discard rate"),
@@ -304,14 +304,14 @@ def capacity_figure(directory: Path) -> Figure:
         bound, color="black", linestyle="--", linewidth=1, label=f"target {metric} {op} {bound:g}"
     )
     if answer is not None:
-        ax.axvline(answer, color="C2", linestyle=":", label=f"answer {with_unit(answer, param)}")
+        ax.axvline(answer, color="C2", linestyle=":", label=f"answer {param_text(param, answer)}")
         at = evals[evals["value"] == answer]
         ax.plot(at["value"], at["mean"], marker="*", markersize=16, color="C2", linestyle="")
     _scale_x(ax, evals["value"].astype(float).tolist())
-    unit = unit_of(param)
+    unit = param_unit(param)
     ax.set_xlabel(f"{param} ({unit})" if unit else param)
     ax.set_ylabel(f"{metric} (mean, 95 % CI over {meta['seeds']} seeds)")
-    found = "no value meets it" if answer is None else f"answer {with_unit(answer, param)}"
+    found = "no value meets it" if answer is None else f"answer {param_text(param, answer)}"
     ax.set_title(
         f"{meta['scenario']}: smallest {param.split('.')[-1]} with {meta['target']}; {found}",
         fontsize=9,

@@ -38,9 +38,9 @@ from sim.outputs.findings import (
     sweep_metrics,
 )
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
-from sim.outputs.units import cell, is_missing, number, unit_of
 from sim.spec import ScenarioError
 from sim.sweep import confidence, parse_target
+from sim.units import cell, is_missing, metric_unit, number
 
 MARKERS = (
     ("capacity", "capacity.json"),
@@ -284,7 +284,7 @@ def _cell_with_interval(key: str, row: Mapping[Any, Any]) -> Raw:
 
 
 def _unit_header(key: str) -> str:
-    unit = unit_of(key)
+    unit = metric_unit(key)
     return key if unit == "count" else f"{key} ({unit})"
 
 
@@ -363,7 +363,7 @@ def _run_page(directory: Path) -> str:
                 "occupancy; the shared storage occupancy"
             )
         plots = _section("plots", "Plots", _figure(png, caption))
-    rows = [[key, cell(key, value), unit_of(key)] for key, value in summary.items()]
+    rows = [[key, cell(key, value), metric_unit(key)] for key, value in summary.items()]
     return _page(
         name,
         "run",
@@ -430,9 +430,9 @@ def _instances(
     policy = router.get("policy") if isinstance(router, dict) else None
     behind = f" behind a <code>{esc(policy)}</code> router" if isinstance(policy, str) else ""
     keys = [key for key in CLUSTER_KEYS if key in summary]
-    cluster_rows = [[key, cell(key, summary[key]), unit_of(key)] for key in keys]
+    cluster_rows = [[key, cell(key, summary[key]), metric_unit(key)] for key in keys]
     columns = [c for c in INSTANCE_COLUMNS if c in table.columns]
-    header = ["instance", *(c if unit_of(c) == c else _unit_header(c) for c in columns)]
+    header = ["instance", *(c if metric_unit(c) == c else _unit_header(c) for c in columns)]
     rows = [
         [number(r["instance"]), *(cell(c, r[c]) for c in columns)]
         for r in table.sort_values("instance").to_dict("records")
@@ -494,7 +494,7 @@ def _compare_page(directory: Path) -> str:
     }
     records = table.to_dict("records")
     keys = [str(c) for c in table.columns if c != column]
-    rows = [[key, *(cell(key, r[key]) for r in records), unit_of(key)] for key in keys]
+    rows = [[key, *(cell(key, r[key]) for r in records), metric_unit(key)] for key in keys]
     meta_path = directory / variants[0] / "meta.json"
     return _page(
         name,
@@ -598,7 +598,7 @@ def _capacity_page(directory: Path) -> str:
         ["largest failing value", param_value(answer.get("largest_failing"))],
         ["statement", answer.get("statement", "")],
     ]
-    suffix = "" if unit_of(metric) == "count" else f" ({unit_of(metric)})"
+    suffix = "" if metric_unit(metric) == "count" else f" ({metric_unit(metric)})"
     eval_rows = [
         [
             param_value(r["value"]),
@@ -658,7 +658,7 @@ def _at_answer(directory: Path, param: str, value: Any) -> list[list[Any]]:
     for key in sweep_metrics(None):
         values = [s[key] for s in summaries if s.get(key) is not None]
         if values:
-            rows.append([key, interval(key, confidence(values)), unit_of(key)])
+            rows.append([key, interval(key, confidence(values)), metric_unit(key)])
     return rows
 
 
