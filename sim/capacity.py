@@ -38,7 +38,8 @@ from sim.scenario import (
     point_document,
     scenario_document,
 )
-from sim.sweep import compute, confidence, parse_target, plan
+from sim.stats import confidence, parse_target
+from sim.sweep import compute, plan
 from sim.units import param_text, param_unit
 
 

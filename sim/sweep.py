@@ -18,7 +18,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 from tqdm import tqdm
 
 from sim.outputs.files import replace_file
@@ -40,6 +39,7 @@ from sim.scenario import (
     resolve_paths,
     scenario_document,
 )
+from sim.stats import confidence
 
 EXECUTORS = ("serial", "process", "dask")
 VARIANT = "variant"
@@ -310,25 +310,6 @@ def grid_of(tasks: list[Task]) -> dict[str, list[Any]]:
     return grid
 
 
-def parse_target(text: str) -> tuple[str, str, float]:
-    """'heal_rate>=0.9' -> ('heal_rate', '>=', 0.9); the bound must be a finite number (a NaN
-    bound is never met, an infinite one always or never, whatever the runs say)."""
-    for op in (">=", "<="):
-        metric, sep, value = text.partition(op)
-        if sep:
-            try:
-                bound = float(value)
-            except ValueError:
-                break
-            if not math.isfinite(bound):
-                raise ValueError(
-                    f"the bound {value.strip()!r} in {text!r} is not a finite number "
-                    f"(give e.g. {metric.strip() or 'heal_rate'}{op}0.9)"
-                )
-            return metric.strip(), op, bound
-    raise ValueError(f"target {text!r} must look like METRIC>=VALUE or METRIC<=VALUE")
-
-
 def _finished(path: Path) -> bool:
     """A task file holding a finished run; anything else (missing, junk, a failure) is run
     again and the file rewritten, so a damaged sweep directory resumes instead of crashing."""
@@ -372,19 +353,6 @@ def points_table(runs: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
             rows.append({**head, "metric": metric, **confidence(group[metric].dropna())})
     columns = ["point", *swept, "metric", "mean", "std", "n", "ci_low", "ci_high"]
     return pd.DataFrame(rows, columns=columns)
-
-
-def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]:
-    arr = np.asarray(list(values), dtype=float)
-    n = arr.size
-    mean = float(arr.mean()) if n else float("nan")
-    if n < 2:
-        # One seed says nothing about the spread: the interval is unavailable, not zero wide.
-        nan = float("nan")
-        return {"mean": mean, "std": nan, "n": n, "ci_low": nan, "ci_high": nan}
-    std = float(arr.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n))
-    return {"mean": mean, "std": std, "n": n, "ci_low": mean - half, "ci_high": mean + half}
 
 
 def _replace_parquet(frame: pd.DataFrame, path: Path) -> None:

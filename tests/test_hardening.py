@@ -133,7 +133,7 @@ def test_plot_and_export_trace_replace_a_planted_symlink_instead_of_writing_thro
 def test_one_seed_gives_no_interval_and_a_grid_cannot_sweep_the_seed() -> None:
     import math
 
-    from sim.sweep import confidence
+    from sim.stats import confidence
 
     one = confidence([0.4])
     assert one["mean"] == 0.4 and one["n"] == 1

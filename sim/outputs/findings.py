@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.sweep import parse_target
+from sim.stats import parse_target
 from sim.units import brief, bytes_text, cell, is_missing, metric_text, metric_unit, number
 
 LABELS = {

@@ -23,7 +23,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from sim.outputs.files import read_table, replace_file
-from sim.sweep import parse_target
+from sim.stats import parse_target
 from sim.units import param_text, param_unit
 
 COMPARE_PANELS = (

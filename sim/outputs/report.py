@@ -39,7 +39,7 @@ from sim.outputs.findings import (
 )
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
 from sim.spec import ScenarioError
-from sim.sweep import confidence, parse_target
+from sim.stats import confidence, parse_target
 from sim.units import cell, is_missing, metric_unit, number
 
 MARKERS = (
