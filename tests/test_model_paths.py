@@ -19,6 +19,7 @@ from sim.model.loops import LoopTracker
 from sim.model.node import Node
 from sim.model.prefetch import (
     PREFETCH_POLICIES,
+    Outcome,
     Prefetcher,
     PrefetchOp,
     PrefetchTimeout,
@@ -137,13 +138,13 @@ def test_a_short_span_gets_no_prefetch_and_a_low_hit_is_revoked() -> None:
     assert p.plan(1, 0, SPAN[:3], 0.0) is None
     op = p.plan(1, 0, SPAN, 0.0)
     assert op is not None
-    assert p.query(op, 0.0) == "revoked" and not op.issued
+    assert p.query(op, 0.0) == Outcome.REVOKED and not op.issued
 
 
 def test_staging_is_declined_when_the_load_share_is_full() -> None:
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}), host_pages=10)
     op = p.plan(1, 0, SPAN, 0.0)
-    assert op is not None and p.query(op, 0.0) == "declined"
+    assert op is not None and p.query(op, 0.0) == Outcome.DECLINED
 
 
 def test_a_complete_read_succeeds_and_believes_what_it_fetched() -> None:
@@ -301,14 +302,14 @@ def test_an_aux_only_write_stages_its_tail_not_the_node() -> None:
 def test_only_a_low_or_rate_limited_hit_is_retried_and_only_within_the_budget() -> None:
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}))
     op = PrefetchOp(0, 0, SPAN, 0.0, reported_pages=10)
-    assert [p.retry_after(op, "revoked", n) for n in range(3)] == [0.1, 0.1, None]
-    assert [p.retry_after(op, "declined", n) for n in range(3)] == [0.1, 0.1, None]
-    for outcome in ("success", "discarded", "cancelled"):
+    assert [p.retry_after(op, Outcome.REVOKED, n) for n in range(3)] == [0.1, 0.1, None]
+    assert [p.retry_after(op, Outcome.DECLINED, n) for n in range(3)] == [0.1, 0.1, None]
+    for outcome in (Outcome.SUCCESS, Outcome.DISCARDED, Outcome.CANCELLED):
         assert p.retry_after(op, outcome, 0) is None
     stopped = PrefetchOp(0, 0, SPAN, 0.0, terminated=True)
-    assert p.retry_after(stopped, "declined", 0) is None
+    assert p.retry_after(stopped, Outcome.DECLINED, 0) is None
     too_big = PrefetchOp(0, 0, SPAN, 0.0, reported_pages=1000)
-    assert p.retry_after(too_big, "declined", 0) is None
+    assert p.retry_after(too_big, Outcome.DECLINED, 0) is None
     p.retry = RetryBudget(max_attempts=2, interval_s=0.0)
     assert p.retry_after(op, "revoked", 0) is None
 
@@ -316,7 +317,7 @@ def test_only_a_low_or_rate_limited_hit_is_retried_and_only_within_the_budget() 
 def test_a_rate_limited_hit_parks_in_buffer_mode_unless_it_could_never_fit() -> None:
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}), host_pages=10)
     op = p.plan(0, 0, SPAN, 0.0)
-    assert op is not None and p.query(op, 0.0) == "declined"
+    assert op is not None and p.query(op, 0.0) == Outcome.DECLINED
     assert op.reported_pages == 10 and not op.issued and not p.may_park(op)
     p = prefetcher(make_storage({"kv": SPAN[:8], "swa": SPAN}), host_pages=10)
     op = p.plan(0, 0, SPAN, 0.0)

@@ -23,7 +23,7 @@ from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
 from sim.model.backup import BackupIntent
 from sim.model.build import ServerModel
 from sim.model.node import Node
-from sim.model.prefetch import PrefetchOp
+from sim.model.prefetch import Outcome, PrefetchOp
 from sim.workload import Request
 
 
@@ -150,11 +150,11 @@ class Server:
         env, prefetcher = self.env, self.prefetcher
         yield env.timeout(self.storage.exists_s(len(op.span)))
         outcome = (
-            "cancelled"
+            Outcome.CANCELLED
             if op.terminated
             else prefetcher.query(op, env.now, queue_empty=not self.parked)
         )
-        if outcome == "declined" and (yield from self._parked(op)):
+        if outcome == Outcome.DECLINED and (yield from self._parked(op)):
             outcome = None
         if outcome is not None:
             self._missed(job, op, outcome)
@@ -205,7 +205,7 @@ class Server:
                 self._stage_parked()
                 return
 
-    def _missed(self, job: Job, op: PrefetchOp, outcome: str) -> None:
+    def _missed(self, job: Job, op: PrefetchOp, outcome: Outcome) -> None:
         """An op that ended before reading: record it and arm a retry if one is due."""
         op.done = True
         job.prefetch_outcome = outcome
@@ -317,7 +317,7 @@ class Server:
         resolution = self.prefetcher.resolve(op, now)
         self._poke_host_freed()
         job.prefetch_outcome = resolution.outcome
-        if resolution.outcome == "success":
+        if resolution.outcome == Outcome.SUCCESS:
             job.l3_loaded_pages = resolution.loaded_end - op.start_page
         elif now >= self.warmup_s:
             self._cum_discards += 1

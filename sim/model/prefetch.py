@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from sim.model.backup import WritePath
 from sim.model.host import HostPool
@@ -149,7 +150,22 @@ class RetryBudget:
     interval_s: float
 
 
-RETRIED_OUTCOMES = frozenset({"revoked", "declined"})
+class Outcome(StrEnum):
+    """How a prefetch attempt ended (the prefetches table's `outcome` column)."""
+
+    SUCCESS = "success"
+    """Issued, passed the hybrid check, loaded."""
+    DISCARDED = "discarded"
+    """Issued, failed the hybrid check: nothing loaded, the heal rule ran."""
+    REVOKED = "revoked"
+    """The hit query reported less than the threshold: not issued."""
+    DECLINED = "declined"
+    """Host staging for loads was saturated: not issued."""
+    CANCELLED = "cancelled"
+    """The policy stopped the attempt before the hit query answered."""
+
+
+RETRIED_OUTCOMES = frozenset({Outcome.REVOKED, Outcome.DECLINED})
 """Misses a retry re-arms: a hit below the threshold (the needed backup may not have committed
 yet) and a rate-limited hit. A span shorter than the threshold gets no prefetch, hence no
 retry, and a discard sets none."""
@@ -160,7 +176,7 @@ class Resolution:
     """What a settled prefetch leaves: its outcome, the endpoint it loaded (absolute pages, 0
     on a discard) and the beliefs a heal dropped."""
 
-    outcome: str
+    outcome: Outcome
     loaded_end: int
     dropped: Sequence[int] = ()
 
@@ -213,7 +229,7 @@ class Prefetcher:
             return None
         return PrefetchOp(rid, start_page, tuple(span), now_s, attempt)
 
-    def query(self, op: PrefetchOp, now_s: float, *, queue_empty: bool = True) -> str | None:
+    def query(self, op: PrefetchOp, now_s: float, *, queue_empty: bool = True) -> Outcome | None:
         """Ask storage for the hit and stage it: 'revoked' when the hit is below the threshold,
         'declined' when staging is rate-limited or other hits wait for it (`queue_empty`
         false; the op may then park, see `may_park`), None when reads may start.
@@ -225,9 +241,9 @@ class Prefetcher:
         self.storage.touch_queried(op.span, now_s)
         self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
         if hit < self.threshold_pages:
-            return "revoked"
+            return Outcome.REVOKED
         op.reported_pages = hit
-        return None if queue_empty and self.stage(op) else "declined"
+        return None if queue_empty and self.stage(op) else Outcome.DECLINED
 
     def stage(self, op: PrefetchOp) -> bool:
         """Allocate host staging for the reported hit and plan its aux transfers; False when
@@ -243,7 +259,7 @@ class Prefetcher:
         could never be staged."""
         return self.parks_rate_limited and self.host.can_ever_stage(op.reported_pages)
 
-    def retry_after(self, op: PrefetchOp, outcome: str, attempts: int) -> float | None:
+    def retry_after(self, op: PrefetchOp, outcome: Outcome, attempts: int) -> float | None:
         """Seconds until a missed prefetch is re-issued, or None when it is not retried: not
         after an op its policy stopped (SGLang revokes those without marking a miss), not for a
         hit that could never be staged (asking again gets the same answer), and never with an
@@ -253,7 +269,7 @@ class Prefetcher:
             return None
         if attempts >= retry.max_attempts:
             return None
-        if outcome == "declined" and not self.host.can_ever_stage(op.reported_pages):
+        if outcome == Outcome.DECLINED and not self.host.can_ever_stage(op.reported_pages):
             return None
         return retry.interval_s
 
@@ -327,12 +343,12 @@ class Prefetcher:
             fills = {t.pool: t.keys for t in op.aux if t.keys is not None}
             self.write_path.believe(span[:loaded], fills)
             self.loops.on_success(span, loaded, now_s)
-            return Resolution("success", op.start_page + loaded)
+            return Resolution(Outcome.SUCCESS, op.start_page + loaded)
         dropped = self.write_path.forget(self.heal(op))
         if self.write_path.per_pool:
             dropped += self._heal_from_transfers(op)
         self.loops.on_discard(span, now_s, stale_by_other=self._displaced_by_other(op))
-        return Resolution("discarded", 0, dropped)
+        return Resolution(Outcome.DISCARDED, 0, dropped)
 
     def _displaced_by_other(self, op: PrefetchOp) -> bool:
         """Was the first object this op missed pushed out of storage by another server's write?

@@ -10,6 +10,7 @@ import pandas as pd
 
 from sim.model.loops import Loop
 from sim.model.pools import KV, POOL_KINDS, PoolKind, Residency
+from sim.model.prefetch import Outcome
 from sim.model.radix import DEVICE_EVICTED_KEY, device_dropped_key, device_freed_key
 from sim.model.storage import STORAGE_COUNTERS
 
@@ -148,8 +149,8 @@ def summarize(
     pf = pf[pf["issued_s"] >= warmup_s]
     wr = tables["writes"]
     wr = wr[wr["t_s"] >= warmup_s]
-    issued = pf[pf["outcome"].isin(["success", "discarded"])]
-    discarded = issued[issued["outcome"] == "discarded"]
+    issued = pf[pf["outcome"].isin([Outcome.SUCCESS, Outcome.DISCARDED])]
+    discarded = issued[issued["outcome"] == Outcome.DISCARDED]
     counted = [lp for lp in loops if lp.first_discard_s >= warmup_s]
     retried = [lp for lp in counted if lp.retried]
     healed = [lp for lp in retried if lp.healed_s is not None]
@@ -165,7 +166,7 @@ def summarize(
         "device_hit_tokens": int(req["device_hit_tokens"].sum()),
         "host_hit_tokens": int(req["host_hit_tokens"].sum()),
         "prefetch_issued": len(issued),
-        "prefetch_success": int((issued["outcome"] == "success").sum()),
+        "prefetch_success": int((issued["outcome"] == Outcome.SUCCESS).sum()),
         "prefetch_discarded": len(discarded),
         "discard_rate": _ratio(len(discarded), len(issued)),
         "loops": len(counted),
@@ -190,15 +191,15 @@ def summarize(
         "requests_finished": int((req["outcome"] == "finished").sum()),
         "requests_unfinished": int((req["outcome"] == "unfinished").sum()),
         "requests_rejected": int((req["outcome"] == "rejected").sum()),
-        "prefetch_revoked": int((pf["outcome"] == "revoked").sum()),
-        "prefetch_declined": int((pf["outcome"] == "declined").sum()),
+        "prefetch_revoked": int((pf["outcome"] == Outcome.REVOKED).sum()),
+        "prefetch_declined": int((pf["outcome"] == Outcome.DECLINED).sum()),
         "prefetch_terminated": int(issued["terminated"].sum()),
         "prefetch_retries": int((pf["attempt"] > 0).sum()),
         "l3_loaded_rate": _ratio(
             int(req["l3_loaded_tokens"].sum()), int(req["prompt_tokens"].sum())
         ),
         "prefetch_retry_success": int(
-            ((issued["attempt"] > 0) & (issued["outcome"] == "success")).sum()
+            ((issued["attempt"] > 0) & (issued["outcome"] == Outcome.SUCCESS)).sum()
         ),
         "written_pages": int(written["kv_staged"].sum()),
         "written_kv_pages": int(written["kv_written"].sum()),
