@@ -35,7 +35,7 @@ from tests.model_helpers import make_storage, make_tree
 def test_offer_stage_acknowledge_stores_the_node_and_believes_its_pages() -> None:
     storage = make_storage({"kv": [], "swa": []}, window_pages=2)
     tree = make_tree(kv=100, swa=100)
-    path = WritePath(ExistenceCache(1000), storage, tree.root, gated=True)
+    path = WritePath(ExistenceCache(1000), storage, tree.root, buffer_only=True)
     node, _ = tree.insert([1, 2, 3], 0.0)
     intent = path.offer(node, 0.0)
     assert isinstance(intent, BackupIntent) and intent.pages == (1, 2, 3)
@@ -54,7 +54,7 @@ def test_offer_stage_acknowledge_stores_the_node_and_believes_its_pages() -> Non
 def test_a_heal_dropped_page_counts_as_rewritten_when_written_again() -> None:
     storage = make_storage({"kv": [], "swa": []})
     tree = make_tree(kv=100, swa=100)
-    path = WritePath(ExistenceCache(1000), storage, tree.root, gated=True)
+    path = WritePath(ExistenceCache(1000), storage, tree.root, buffer_only=True)
     node, _ = tree.insert([1, 2, 3], 0.0)
     first = path.offer(node, 0.0)
     assert isinstance(first, BackupIntent)
@@ -70,7 +70,7 @@ def test_a_heal_dropped_page_counts_as_rewritten_when_written_again() -> None:
 def test_a_gated_write_of_a_node_that_left_the_device_is_stale() -> None:
     storage = make_storage({"kv": []})
     tree = make_tree(kv=3)
-    path = WritePath(ExistenceCache(1000), storage, tree.root, gated=True)
+    path = WritePath(ExistenceCache(1000), storage, tree.root, buffer_only=True)
     node, _ = tree.insert([1, 2, 3], 0.0)
     intent = path.offer(node, 0.0)
     assert isinstance(intent, BackupIntent)
@@ -83,7 +83,7 @@ def test_a_gated_write_of_a_node_that_left_the_device_is_stale() -> None:
 def test_candidates_are_new_unbacked_nodes_or_the_whole_path() -> None:
     storage = make_storage({"kv": []})
     tree = make_tree()
-    path = WritePath(ExistenceCache(10), storage, tree.root, gated=True)
+    path = WritePath(ExistenceCache(10), storage, tree.root, buffer_only=True)
     tree.insert([1, 2], 0.0)
     leaf, new = tree.insert([1, 2, 3, 4], 1.0, backed_up=True)
     assert path.candidates(new, None) == []
@@ -104,7 +104,7 @@ def prefetcher(
     """A prefetcher over `storage` with a kv_only query; `per_pool` keeps SWA beliefs too."""
     aux_beliefs = {"swa": ExistenceCache(1000)} if per_pool else None
     path = WritePath(
-        ExistenceCache(1000), storage, make_tree().root, gated=True, aux_beliefs=aux_beliefs
+        ExistenceCache(1000), storage, make_tree().root, buffer_only=True, aux_beliefs=aux_beliefs
     )
     rule = RULES[heal]
     return Prefetcher(
@@ -211,7 +211,7 @@ def per_pool_path(
         ExistenceCache(1000),
         storage,
         tree.root,
-        gated=True,
+        buffer_only=True,
         aux_beliefs={"swa": ExistenceCache(1000)},
     )
     path.existence.add(sorted(kv_believed))
@@ -284,7 +284,7 @@ def test_per_pool_a_stopped_prefetch_is_no_evidence_of_a_missing_object() -> Non
 def test_a_fill_settles_a_heal_s_drop() -> None:
     """A heal dropped page 3; a later accepted prefetch fetched it: no rewrite is pending."""
     storage = make_storage({"kv": SPAN})
-    path = WritePath(ExistenceCache(100), storage, make_tree().root, gated=True)
+    path = WritePath(ExistenceCache(100), storage, make_tree().root, buffer_only=True)
     path.believe(SPAN)
     assert path.forget([3]) == [3] and path.pending_rewrites() == 1
     path.believe([1, 2, 3])

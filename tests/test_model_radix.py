@@ -227,12 +227,12 @@ def test_cache_mode_parent_evicted_while_child_lives_on_host() -> None:
     accounting must stay exact.
     """
     tree = make_tree(kv=6, host=2)
-    x, _ = tree.insert([9, 10], 1.0, host_copy=True)
-    p, _ = tree.insert([1, 2], 2.0, host_copy=True)
+    x, _ = tree.insert([9, 10], 1.0)
+    p, _ = tree.insert([1, 2], 2.0)
     assert x.on_host and not p.on_host
     assert tree.reserve(4, 0)  # evicts X from the device; X stays on the host
     tree.release(4, 0)
-    c, _ = tree.insert([1, 2, 3, 4], 3.0, host_copy=True)  # host room made by dropping X
+    c, _ = tree.insert([1, 2, 3, 4], 3.0)  # host room made by dropping X
     assert c.on_host and not x.alive and c.parent is p
     tree.reserve(6, 0)
     assert tree.kv.used + tree.kv.reserved <= tree.kv.capacity
@@ -516,7 +516,7 @@ def test_a_host_copy_resumes_only_where_the_device_kept_the_end_window() -> None
     """A node holding only a checkpoint window below its end has nothing to resume at its end,
     so its host copy is not resumable there."""
     tree = make_tree(kv=100, swa=2, host=100, window=4, swa_checkpoint=2)
-    node, _ = tree.insert(list(range(1, 9)), 0.0, computed_from=0, host_copy=True)
+    node, _ = tree.insert(list(range(1, 9)), 0.0, computed_from=0)
     assert node.end not in points(node, "swa") and not node.host_aux
     tree.kv.make_room(100)
     assert not node.on_device and tree.match(list(range(1, 9))).host_pages == 0

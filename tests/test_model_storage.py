@@ -297,7 +297,7 @@ def test_min_of_pools_on_sglang_issue_39147() -> None:
     assert storage.hit_query("intersect", span) == 0
 
 
-def test_hit_query_short_endpoint_needs_short_tail() -> None:
+def test_hit_query_short_endpoint_needs_buffer_only_transfers() -> None:
     """At E=1 the SWA tail is min(window, 1) = 1 key."""
     storage = make_storage({"kv": SPAN, "swa": [1]}, window_pages=3)
     assert storage.hit_query("intersect", SPAN) == 1
@@ -547,7 +547,7 @@ def test_a_buffer_mode_span_shorter_than_the_window_asks_for_its_own_pages() -> 
     device prefix holds the rest of the window); cache mode asks for none."""
     aux = list(layout(["swa", "mamba"], 3).values())
     op = op_of([41, 42], 2, start=5)
-    swa, mamba = plan_aux_transfers(aux, op, short_tail=True)
+    swa, mamba = plan_aux_transfers(aux, op, buffer_only=True)
     assert swa.keys == (41, 42) and mamba.keys == (42,)
     (swa,) = plan_aux_transfers(aux[:1], op)
     assert swa.keys is None

@@ -341,7 +341,6 @@ class Server:
             pages,
             self.env.now,
             backed_up=backed_up,
-            host_copy=not self.model.buffer_only,
             computed_from=computed_from,
         )
         take = min(tree.kv.used - before, job.reserved_kv)

@@ -193,7 +193,7 @@ class WritePath:
         storage: Storage,
         root: Node,
         *,
-        gated: bool,
+        buffer_only: bool,
         aux_beliefs: Mapping[str, ExistenceCache] | None = None,
         client: int = 0,
     ):
@@ -203,8 +203,9 @@ class WritePath:
         """KV beliefs: what the parent-cover gate and the KV heals read."""
         self.storage = storage
         self.root = root
-        self.gated = gated
-        """buffer_only mode: offers pass the existence-cache gates and stale nodes are dropped."""
+        self.buffer_only = buffer_only
+        """Offers pass the existence-cache gates and stale nodes are dropped (the tree does not
+        know what storage holds)."""
         self.aux_beliefs = dict(aux_beliefs or {})
         """Per-pool beliefs of the aux pools (empty unless beliefs are kept per pool)."""
         self.inflight = InflightPages()
@@ -280,7 +281,7 @@ class WritePath:
         pages = tuple(node.pages)
         aux_keys = aux_backup_keys(node, pages, self.storage.aux) if self.per_pool else {}
         write_kv = True
-        if self.gated and self.per_pool:
+        if self.buffer_only and self.per_pool:
             write_kv = not self.existence.covers_all(node.pages, extra_cover=self.inflight)
             aux_keys = {
                 name: keys
@@ -291,7 +292,7 @@ class WritePath:
                 return "skip_covered"
             if not _parent_covered(self.existence, node, self.inflight, self.root):
                 return "drop_parent"
-        elif self.gated:
+        elif self.buffer_only:
             verdict = gate_backup(self.existence, node, self.inflight, self.root)
             if verdict != "write":
                 return verdict
@@ -303,12 +304,13 @@ class WritePath:
         return BackupIntent(node, pages, now_s, write_kv, aux_keys if self.per_pool else None)
 
     def stage(self, intent: BackupIntent, now_s: float) -> StagedWrite | None:
-        """Pick up a queued write: None (and released) when a gated node left the device.
+        """Pick up a queued write: None (and released) when, in buffer_only mode, its node left
+        the device.
 
         The aux keys are those of the state the node still holds (and, per pool, only the pools
         the offer found uncovered)."""
         node, pages = intent.node, intent.pages
-        if self.gated and not (node.alive and node.on_device):
+        if self.buffer_only and not (node.alive and node.on_device):
             self._release(intent)
             return None
         aux_keys = aux_backup_keys(node, pages, self.storage.aux)

@@ -213,7 +213,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         existence,
         storage,
         tree.root,
-        gated=buffer_only,
+        buffer_only=buffer_only,
         aux_beliefs=aux_beliefs,
         client=instance,
     )

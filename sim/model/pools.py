@@ -206,16 +206,16 @@ class Pool:
         return tuple(span[end - self.tail_len(end) : end])
 
     def transfer_keys(
-        self, hit_span: Sequence[int], span_pages: int, start_page: int, short_tail: bool = False
+        self, hit_span: Sequence[int], span_pages: int, start_page: int, buffer_only: bool = False
     ) -> tuple[int, ...] | None:
         """Keys a prefetch asks this pool for (SGLang's _sync_trailing_keys).
 
         A span that starts mid-tree and is shorter than the tail this pool needs asks for the
-        span's own pages when `short_tail` (buffer_only mode: the device prefix holds the rest),
+        span's own pages in `buffer_only` mode (the device prefix holds the rest),
         and otherwise gets no transfer at all (None), which the hybrid check counts as a failure.
         """
         tail = self.tail_pages
-        if tail is not None and start_page > 0 and span_pages < tail and not short_tail:
+        if tail is not None and start_page > 0 and span_pages < tail and not buffer_only:
             return None
         return self.tail_keys(hit_span, len(hit_span))
 

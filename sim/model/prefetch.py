@@ -77,18 +77,18 @@ class PrefetchOp:
 
 
 def plan_aux_transfers(
-    aux: Sequence[Pool], op: PrefetchOp, *, short_tail: bool = False
+    aux: Sequence[Pool], op: PrefetchOp, *, buffer_only: bool = False
 ) -> list[AuxTransfer]:
     """Tail-key transfers for the hit endpoint (SGLang's _sync_trailing_keys).
 
-    `short_tail` (buffer_only mode): a span that starts mid-tree and is shorter than a pool's
+    In `buffer_only` mode a span that starts mid-tree and is shorter than a pool's
     tail asks for the span's own pages, the device prefix holding the rest of the window
     (SGLang's SWAComponent.prepare_prefetch); otherwise such a span gets no transfer.
     """
     hit_span = op.hit_span
     return [
         AuxTransfer(
-            pool.name, pool.transfer_keys(hit_span, len(op.span), op.start_page, short_tail)
+            pool.name, pool.transfer_keys(hit_span, len(op.span), op.start_page, buffer_only)
         )
         for pool in aux
     ]
@@ -216,9 +216,10 @@ class Prefetcher:
         self.threshold_pages = threshold_pages
         """Spans and hits shorter than this are not prefetched (SGLang: max(threshold, page))."""
         self.retry = retry
-        self.parks_rate_limited = write_path.gated
+        self.buffer_only = write_path.buffer_only
         """buffer_only mode parks a rate-limited hit until staging frees (SGLang's
-        pending_hit_allocs); cache mode declines it."""
+        pending_hit_allocs; cache mode declines it) and lets a short mid-tree span ask for its
+        own tail pages."""
         self.hit_query_dropped_beliefs = 0
 
     def plan(
@@ -251,13 +252,13 @@ class Prefetcher:
         if not self.host.alloc_prefetch(op.reported_pages):
             return False
         op.hit_pages = op.reported_pages
-        op.aux = plan_aux_transfers(self.storage.aux, op, short_tail=self.write_path.gated)
+        op.aux = plan_aux_transfers(self.storage.aux, op, buffer_only=self.buffer_only)
         return True
 
     def may_park(self, op: PrefetchOp) -> bool:
         """Does a rate-limited hit wait for staging rather than being declined? Not when it
         could never be staged."""
-        return self.parks_rate_limited and self.host.can_ever_stage(op.reported_pages)
+        return self.buffer_only and self.host.can_ever_stage(op.reported_pages)
 
     def retry_after(self, op: PrefetchOp, outcome: Outcome, attempts: int) -> float | None:
         """Seconds until a missed prefetch is re-issued, or None when it is not retried: not

@@ -252,7 +252,6 @@ class RadixTree:
         now_s: float,
         *,
         backed_up: bool = False,
-        host_copy: bool = False,
         computed_from: int | None = None,
     ) -> tuple[Node, list[Node]]:
         """Put `pages` on the device; returns the node ending at len(pages) and the new nodes.
@@ -262,7 +261,8 @@ class RadixTree:
         pointed pool's state, and (`computed_from`: the page the request started computing
         at) the checkpoints it computed and, under window retention, the point where it left
         the tree. Whatever cannot make room is born tombstoned. `backed_up` marks pages that
-        came from storage; `host_copy` marks a write-through copy on the host (cache mode).
+        came from storage. A tree with a host cache (cache mode) copies new nodes to the host
+        as they are written through.
         """
         node = self.root
         pos = 0
@@ -282,8 +282,8 @@ class RadixTree:
             pos = node.end
         if node is not self.root:
             self._keep_points(node, computed_from, new_nodes)
-        for fresh in new_nodes:
-            if host_copy:
+        if self.host is not None:
+            for fresh in new_nodes:
                 self.copy_to_host(fresh, with_aux=True)
         self.touch(node, now_s)
         return node, new_nodes
