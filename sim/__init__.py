@@ -1,19 +1,22 @@
 """hicache-sim: a discrete-event simulator of hybrid HiCache storage prefetch.
 
-Public API (docs/api.md): `load_scenario`, `build_scenario`, `run`, `RunResult`, `Scenario`,
-`ScenarioError`, `scenario_model` (the schema for the registries as they are), and the contract
-heal function `sim.heal.keep_pages`.
+Public API (docs/api.md): `load_scenario`, `build_scenario`, `run`, `RunResult`, `compare`,
+`Comparison`, `Scenario`, `ScenarioError`, `scenario_model` (the schema for the registries as
+they are), and the contract heal function `sim.heal.keep_pages`.
 """
 
 from sim import heal
+from sim.results.compare import Comparison, compare
 from sim.runner import RunResult, run
 from sim.scenario import Scenario, ScenarioError, build_scenario, load_scenario, scenario_model
 
 __all__ = [
+    "Comparison",
     "RunResult",
     "Scenario",
     "ScenarioError",
     "build_scenario",
+    "compare",
     "heal",
     "load_scenario",
     "run",

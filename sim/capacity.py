@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from sim.model.pools import POOL_KINDS
 from sim.outputs.metrics import is_summary_key, summary_keys
+from sim.results.layout import CAPACITY, EVALUATIONS, TASKS
 from sim.scenario import (
     Scenario,
     ScenarioError,
@@ -108,7 +109,7 @@ class CapacitySearch:
             return self.evaluations[value]
         sweep = SweepSpec(seeds=self.seeds, grid={self.param: [value]})
         tasks = plan(self.scenario.model_copy(update={"sweep": sweep}), self.source)
-        records, _ = compute(tasks, self.out / "tasks", progress=False, **self.options)
+        records, _ = compute(tasks, self.out / TASKS, progress=False, **self.options)
         summaries = [r["summary"] for r in records if r["error"] is None]
         values = [s[self.metric] for s in summaries if s.get(self.metric) is not None]
         stats = confidence(values)
@@ -208,9 +209,9 @@ class CapacitySearch:
     def save(self, answer: CapacityAnswer) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         pd.DataFrame([asdict(e) for e in answer.evaluations]).to_csv(
-            self.out / "evaluations.csv", index=False
+            self.out / EVALUATIONS, index=False
         )
-        (self.out / "capacity.json").write_text(
+        (self.out / CAPACITY).write_text(
             json.dumps(
                 {
                     "scenario": self.scenario.name,

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import pandas as pd
 import yaml
 
 from sim.deployment.resolve import USER, get, show_value
 from sim.outputs.console import format_table, print_summary, progress
+from sim.results.layout import SUMMARY, SWEEP_META, TASKS
 from sim.runner import run
 from sim.scenario import (
     Scenario,
@@ -158,7 +158,7 @@ def run_cmd(
         result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")
     written = write_atomically(target, lambda d: write_run(result, d), force=force)
-    print_summary(result, str(Path(written) / "summary.json"))
+    print_summary(result, str(Path(written) / SUMMARY))
     click.echo(f"wrote {written}")
 
 
@@ -205,44 +205,29 @@ def compare_cmd(
     Variants are heal rules (--heal), the values of one key (--vary) or labelled sets of keys
     (--variant); every one is checked before the first run.
     """
-    from sim.outputs.plot import plot_comparison
-    from sim.outputs.results import default_out, write_atomically, write_run
-    from sim.variants import run_dir_names, variant_set
+    from sim.outputs.results import default_out, write_atomically
+    from sim.results.compare import compare, write_comparison
+    from sim.variants import variant_set
 
     found = variant_set(heals, vary, variant_specs)
     base = _load(scenario, overrides, seed)
     scenarios = [_load_variant(scenario, overrides, seed, v, found, base) for v in found.variants]
     _refuse_existing(out, force)
-    labels = [v.label for v in found.variants]
-    results = []
-    for label, variant in zip(labels, scenarios, strict=True):
-        shown = label if found.column == "variant" else f"{found.column}={label}"
-        with progress(variant, shown) as on_progress:
-            results.append(run(variant, on_progress=on_progress))
-    table = pd.DataFrame(
-        [{found.column: label, **r.summary} for label, r in zip(labels, results, strict=True)]
+
+    def shown(label: str) -> str:
+        return label if found.column == "variant" else f"{found.column}={label}"
+
+    comparison = compare(
+        {v.label: sc for v, sc in zip(found.variants, scenarios, strict=True)},
+        found.column,
+        progress=lambda sc, label: progress(sc, shown(label)),
     )
-    dirs = run_dir_names(labels)
-    listing = {
-        "option": found.option,
-        "column": found.column,
-        "variants": [
-            {"label": v.label, "dir": d, "set": v.values()}
-            for v, d in zip(found.variants, dirs, strict=True)
-        ],
-    }
-
-    def fill(directory: Path) -> None:
-        directory.mkdir(parents=True)
-        table.to_csv(directory / "comparison.csv", index=False)
-        (directory / "variants.json").write_text(json.dumps(listing, indent=2) + "\n")
-        for name, result in zip(dirs, results, strict=True):
-            write_run(result, directory / name)
-        plot_comparison(directory, found.column)
-
+    sets = {v.label: v.values() for v in found.variants}
     target = out or default_out(RESULTS_ROOT, base.name, "compare")
-    written = write_atomically(target, fill, force=force)
-    click.echo(format_table(table, found.column))
+    written = write_atomically(
+        target, lambda d: write_comparison(comparison, d, sets, found.option), force=force
+    )
+    click.echo(format_table(comparison.table, found.column))
     click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
 
 
@@ -365,7 +350,7 @@ def _check_sweep_out(target: Path, name: str) -> None:
         raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
     if not target.exists():
         return
-    meta_path = target / "sweep.json"
+    meta_path = target / SWEEP_META
     if not meta_path.is_file():
         raise ScenarioError(
             "--out", None, f"{target} exists and is not a sweep directory; choose another --out"
@@ -476,7 +461,7 @@ def capacity_cmd(
             low, high = _quantities("--range", list(bounds), param)
             answer = search.bisect(low, high, tolerance)
     except KeyboardInterrupt:
-        finished = finished_runs(target_dir / "tasks")
+        finished = finished_runs(target_dir / TASKS)
         click.echo(
             f"interrupted after {finished} finished runs; they are kept in "
             f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",

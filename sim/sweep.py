@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from sim.outputs.files import replace_file
 from sim.pool import run_all
+from sim.results.layout import POINTS, RUNS, SWEEP_META, TASKS
 from sim.runner import run
 from sim.scenario import (
     Scenario,
@@ -255,7 +256,7 @@ def run_sweep(
     work = out if out.exists() else staging_dir(out)
     records, computed = compute(
         tasks,
-        work / "tasks",
+        work / TASKS,
         executor=executor,
         workers=workers,
         scheduler=scheduler,
@@ -268,8 +269,8 @@ def run_sweep(
         for r in records
         if r["error"]
     ]
-    _replace_parquet(runs, work / "runs.parquet")
-    replace_file(work / "points.csv", lambda tmp: points.to_csv(tmp, index=False))
+    _replace_parquet(runs, work / RUNS)
+    replace_file(work / POINTS, lambda tmp: points.to_csv(tmp, index=False))
     meta = {**(provenance or {}), "grid": grid_of(tasks)}
     meta.update(
         tasks=len(tasks),
@@ -280,7 +281,7 @@ def run_sweep(
         workers=workers or os.cpu_count() or 1,
         wall_s=round(time.perf_counter() - started, 3),
     )
-    _write_json(work / "sweep.json", meta)
+    _write_json(work / SWEEP_META, meta)
     if work != out:
         os.replace(work, out)
     return SweepOutcome(runs, points, computed, len(tasks) - computed, failed)

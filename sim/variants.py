@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.documents import parse_override
+from sim.results.layout import COMPARISON, VARIANTS
 from sim.spec import ScenarioError
 
 DEFAULT_HEALS = "none,keep_pages"
-RESERVED_NAMES = frozenset({"comparison.csv", "comparison.png", "comparison.svg", "variants.json"})
+RESERVED_NAMES = frozenset({COMPARISON, "comparison.png", "comparison.svg", VARIANTS})
 """Files of a compare directory that a run directory must not be named like."""
 
 

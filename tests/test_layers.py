@@ -9,12 +9,12 @@ from pathlib import Path
 from tests.conftest import REPO
 
 LAYERS = (
-    ("sim.spec", "sim.registry", "sim.units", "sim.documents", "sim.stats"),
+    ("sim.spec", "sim.registry", "sim.units", "sim.documents", "sim.stats", "sim.results.layout"),
     ("sim.model", "sim.heal", "sim.workload", "sim.routing", "sim.deployment", "sim.sizes"),
     ("sim.scenario",),
     ("sim.engine",),
     ("sim.runner", "sim.outputs"),
-    ("sim.sweep", "sim.capacity", "sim.variants", "sim.pool", "sim.calibrate"),
+    ("sim.sweep", "sim.capacity", "sim.variants", "sim.pool", "sim.calibrate", "sim.results"),
     ("sim.cli", "sim.__main__", "sim"),
 )
 """Lowest first: a module may import from its own layer and those below."""

@@ -13,6 +13,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from sim.outputs.metrics import SUMMARY_KEYS
+from sim.results.layout import SUMMARY
 from sim.runner import RunResult
 from sim.scenario import Scenario
 from sim.units import size_text
@@ -49,7 +50,7 @@ def progress(scenario: Scenario, label: str) -> Iterator[Callable[[float], None]
         advance(total)
 
 
-def print_summary(result: RunResult, summary_path: str = "summary.json") -> None:
+def print_summary(result: RunResult, summary_path: str = SUMMARY) -> None:
     """The run's headline figures with their units; every key is in summary.json."""
     router = result.scenario.cluster.router.policy
     for label, text in summary_lines(result.summary, router):

@@ -23,6 +23,19 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from sim.outputs.files import read_table, replace_file
+from sim.results.layout import (
+    CAPACITY,
+    COMPARISON,
+    CONFIG,
+    EVALUATIONS,
+    POINTS,
+    SWEEP_META,
+    TASKS,
+    TIMESERIES,
+    VARIANTS,
+    Kind,
+    detect,
+)
 from sim.stats import parse_target
 from sim.units import param_text, param_unit
 
@@ -52,9 +65,9 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     when there is one (a label such as `null` or `0.10` does not survive a CSV round trip);
     older compare directories name each run directory after its heal rule.
     """
-    table = pd.read_csv(directory / "comparison.csv")
+    table = pd.read_csv(directory / COMPARISON)
     label = label or str(table.columns[0])
-    listing = directory / "variants.json"
+    listing = directory / VARIANTS
     if listing.exists():
         variants = json.loads(listing.read_text())["variants"]
         labels = [str(v["label"]) for v in variants]
@@ -81,7 +94,7 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     ax = flat[len(COMPARE_PANELS)]
     drawn: list[tuple[np.ndarray, str]] = []
     for i, (color, name, run_dir) in enumerate(zip(colors, labels, run_dirs, strict=True)):
-        ts_path = run_dir / "timeseries.parquet"
+        ts_path = run_dir / TIMESERIES
         if ts_path.exists():
             ts = cluster_total(read_table(ts_path), "discards")
             same = next(
@@ -104,7 +117,7 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     if ax.lines:
         ax.legend(fontsize=8)
     flat[-1].axis("off")
-    config = run_dirs[0] / "config.resolved.yaml" if run_dirs else directory / "none"
+    config = run_dirs[0] / CONFIG if run_dirs else directory / "none"
     name = yaml.safe_load(config.read_text())["name"] if config.exists() else directory.name
     what = {"heal": "heal rules", "variant": "variants"}.get(label, label)
     fig.suptitle(f"{name}: {what} compared on the same seed")
@@ -119,8 +132,8 @@ def run_figure(directory: Path) -> Figure:
     """A run's time series: discards, beliefs, device and storage occupancy, each occupancy
     against its capacity (dashed, same colour) where the configuration bounds it. A cluster's
     per-server series are drawn per instance (`cluster_run_figure`)."""
-    ts = read_table(directory / "timeseries.parquet")
-    config_path = directory / "config.resolved.yaml"
+    ts = read_table(directory / TIMESERIES)
+    config_path = directory / CONFIG
     config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
     config = config if isinstance(config, dict) else {}
     if len(instances_of(ts)) > 1:
@@ -278,8 +291,8 @@ def plot_capacity(directory: Path) -> list[Path]:
 def capacity_figure(directory: Path) -> Figure:
     """A capacity search's evaluations: the metric's mean with its 95 % interval at every value
     tried, the target's bound, and the answer (the smallest value whose interval clears it)."""
-    meta = json.loads((directory / "capacity.json").read_text())
-    evals = pd.read_csv(directory / "evaluations.csv").sort_values("value")
+    meta = json.loads((directory / CAPACITY).read_text())
+    evals = pd.read_csv(directory / EVALUATIONS).sort_values("value")
     metric, op, bound = parse_target(meta["target"])
     param, answer = meta["param"], meta["answer"]
     fig = Figure(figsize=(7.5, 4.5), layout="constrained")
@@ -321,17 +334,15 @@ def capacity_figure(directory: Path) -> Figure:
 
 
 def plot_directory(directory: Path) -> list[Path]:
-    if (directory / "capacity.json").exists():
+    """The plots of whatever kind of result `directory` holds."""
+    kind = detect(directory)
+    if kind is Kind.CAPACITY:
         return plot_capacity(directory)
-    if (directory / "sweep.json").exists():
+    if kind is Kind.SWEEP:
         return plot_sweep(directory)
-    if (directory / "comparison.csv").exists():
+    if kind is Kind.COMPARE:
         return [plot_comparison(directory)]
-    if (directory / "timeseries.parquet").exists():
-        return [plot_run(directory)]
-    raise FileNotFoundError(
-        f"{directory}: no capacity.json, sweep.json, comparison.csv or timeseries.parquet found"
-    )
+    return [plot_run(directory)]
 
 
 def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
@@ -371,9 +382,9 @@ def plot_sweep(directory: Path, target: str | None = None) -> list[Path]:
 def sweep_figures(directory: Path, target: str | None = None) -> dict[str, Figure]:
     """Heal-rate curves with 95 % bands, loop-length CCDFs, and a heatmap for 2-D grids, by
     file stem."""
-    meta = json.loads((directory / "sweep.json").read_text())
+    meta = json.loads((directory / SWEEP_META).read_text())
     grid: dict[str, list[object]] = meta.get("grid", {})
-    points = pd.read_csv(directory / "points.csv")
+    points = pd.read_csv(directory / POINTS)
     if points.empty or not grid:
         return {}
     target = target or meta.get("target")
@@ -420,7 +431,7 @@ def _curves(points: pd.DataFrame, x: str, groups: list[str]) -> Figure:
 
 def _loop_ccdf(directory: Path, by: list[str]) -> Figure:
     lengths: dict[str, list[int]] = {}
-    records = [json.loads(p.read_text()) for p in (directory / "tasks").glob("*.json")]
+    records = [json.loads(p.read_text()) for p in (directory / TASKS).glob("*.json")]
     for record in sorted(records, key=lambda r: (r["point"], r["seed_index"])):
         label = ", ".join(f"{k.split('.')[-1]}={record['values'].get(k)}" for k in by)
         lengths.setdefault(label, []).extend(record.get("loop_lengths", []))

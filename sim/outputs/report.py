@@ -38,18 +38,23 @@ from sim.outputs.findings import (
     sweep_metrics,
 )
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
+from sim.results.layout import (
+    CAPACITY,
+    COMPARISON,
+    CONFIG,
+    EVALUATIONS,
+    INSTANCES,
+    META,
+    POINTS,
+    SUMMARY,
+    SWEEP_META,
+    TASKS,
+    TIMESERIES,
+    detect,
+)
 from sim.spec import ScenarioError
 from sim.stats import confidence, parse_target
 from sim.units import cell, is_missing, metric_unit, number
-
-MARKERS = (
-    ("capacity", "capacity.json"),
-    ("sweep", "sweep.json"),
-    ("compare", "comparison.csv"),
-    ("run", "summary.json"),
-)
-"""What makes a directory each kind, checked in this order (a sweep has no summary.json, a
-compare has one per variant below it)."""
 
 KIND_TITLES = {
     "run": "run",
@@ -105,14 +110,6 @@ def esc(text: Any) -> str:
     return text if isinstance(text, Raw) else html.escape(str(text))
 
 
-def detect_kind(directory: Path) -> str:
-    for kind, marker in MARKERS:
-        if (directory / marker).is_file():
-            return kind
-    expected = ", ".join(f"{marker} ({kind})" for kind, marker in MARKERS)
-    raise ScenarioError(str(directory), None, f"not a result directory: none of {expected}")
-
-
 def write_report(directory: Path, out: Path | None = None) -> Path:
     """Write the page (default `directory/report.html`) through a temporary file renamed into
     place, so a reader never sees half a page. A symbolic link at the output path is refused
@@ -134,7 +131,7 @@ def _refuse_target(target: Path) -> None:
 
 def build_report(directory: Path) -> str:
     """The page's HTML for whatever kind of result `directory` holds."""
-    kind = detect_kind(directory)
+    kind = detect(directory)
     return BUILDERS[kind](directory)
 
 
@@ -164,7 +161,7 @@ def _parquet(path: Path) -> pd.DataFrame:
 
 def _config(run_dir: Path) -> tuple[str | None, dict[str, Any]]:
     """A run directory's resolved configuration: its text and the parsed mapping."""
-    path = run_dir / "config.resolved.yaml"
+    path = run_dir / CONFIG
     if not path.is_file():
         return None, {}
     text = path.read_text(encoding="utf-8")
@@ -348,13 +345,13 @@ def _provenance(meta: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()) 
 
 
 def _run_page(directory: Path) -> str:
-    summary = _json(directory / "summary.json")
+    summary = _json(directory / SUMMARY)
     config_text, config = _config(directory)
-    meta = _json(directory / "meta.json") if (directory / "meta.json").is_file() else {}
+    meta = _json(directory / META) if (directory / META).is_file() else {}
     name = str(config.get("name", directory.name))
     instances = _instances(directory, summary, config)
     plots = None
-    if (directory / "timeseries.parquet").is_file():
+    if (directory / TIMESERIES).is_file():
         png = _existing_png(directory, "timeseries") or _render(run_figure(directory))
         caption = "Time series: cumulative discards, existence cache, device and storage occupancy"
         if instances is not None:
@@ -419,7 +416,7 @@ def _instances(
 ) -> Section | None:
     """A cluster's servers: the cluster keys and a row per server (instances.parquet); none for
     a run of one server."""
-    path = directory / "instances.parquet"
+    path = directory / INSTANCES
     if not path.is_file():
         return None
     table = _parquet(path)
@@ -460,15 +457,15 @@ def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _compare_page(directory: Path) -> str:
-    table = _csv(directory / "comparison.csv")
+    table = _csv(directory / COMPARISON)
     if table.empty:
-        raise ScenarioError(str(directory / "comparison.csv"), None, "has no variant")
+        raise ScenarioError(str(directory / COMPARISON), None, "has no variant")
     column = str(table.columns[0])
     variants = [str(v) for v in table[column]]
     runs = {
         v: directory / v
         for v in variants
-        if Path(v).name == v and (directory / v / "summary.json").is_file()
+        if Path(v).name == v and (directory / v / SUMMARY).is_file()
     }
     configs = {v: _config(run_dir) for v, run_dir in runs.items()}
     first_text, first = next(iter(configs.values()), (None, {}))
@@ -485,17 +482,16 @@ def _compare_page(directory: Path) -> str:
     png = _existing_png(directory, "comparison") or _render(comparison_figure(directory))
     figures = [_figure(png, "Key metrics per variant, and cumulative discards over time")]
     for variant, run_dir in runs.items():
-        if (run_dir / "timeseries.parquet").is_file():
+        if (run_dir / TIMESERIES).is_file():
             png = _existing_png(run_dir, "timeseries") or _render(run_figure(run_dir))
             figures.append(_figure(png, f"{column}={variant}: time series"))
     per_variant = {
-        f"{column}={v}": run_findings(_json(run_dir / "summary.json"))
-        for v, run_dir in runs.items()
+        f"{column}={v}": run_findings(_json(run_dir / SUMMARY)) for v, run_dir in runs.items()
     }
     records = table.to_dict("records")
     keys = [str(c) for c in table.columns if c != column]
     rows = [[key, *(cell(key, r[key]) for r in records), metric_unit(key)] for key in keys]
-    meta_path = directory / variants[0] / "meta.json"
+    meta_path = directory / variants[0] / META
     return _page(
         name,
         "compare",
@@ -516,8 +512,8 @@ def _compare_page(directory: Path) -> str:
 
 
 def _sweep_page(directory: Path) -> str:
-    meta = _json(directory / "sweep.json")
-    points = _csv(directory / "points.csv")
+    meta = _json(directory / SWEEP_META)
+    points = _csv(directory / POINTS)
     grid: dict[str, list[Any]] = meta.get("grid") or {}
     name = str(meta.get("scenario", directory.name))
     keys = list(grid)
@@ -581,11 +577,11 @@ def _sweep_caption(stem: str) -> str:
 
 
 def _capacity_page(directory: Path) -> str:
-    answer = _json(directory / "capacity.json")
-    evaluations = _csv(directory / "evaluations.csv")
+    answer = _json(directory / CAPACITY)
+    evaluations = _csv(directory / EVALUATIONS)
     for key in ("param", "target"):
         if key not in answer:
-            raise ScenarioError(str(directory / "capacity.json"), key, "missing")
+            raise ScenarioError(str(directory / CAPACITY), key, "missing")
     param, target = answer["param"], answer["target"]
     metric = parse_target(target)[0]
     name = str(answer.get("scenario", directory.name))
@@ -645,10 +641,10 @@ def _capacity_page(directory: Path) -> str:
 
 def _at_answer(directory: Path, param: str, value: Any) -> list[list[Any]]:
     """Key metrics over the seeds of the answer's runs (kept in tasks/), mean and interval."""
-    if value is None or not (directory / "tasks").is_dir():
+    if value is None or not (directory / TASKS).is_dir():
         return []
     summaries = []
-    for path in sorted((directory / "tasks").glob("*.json")):
+    for path in sorted((directory / TASKS).glob("*.json")):
         record = _json(path)
         if record.get("summary") and record.get("values", {}).get(param) == value:
             summaries.append(record["summary"])

@@ -21,6 +21,7 @@ import yaml
 from sim.deployment.resolve import leaves
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import read_table, replace_file
+from sim.results.layout import CONFIG, META, SUMMARY
 from sim.runner import RunResult
 from sim.scenario import Scenario, scenario_document
 from sim.sizes import annotate_yaml, size_notes
@@ -85,11 +86,11 @@ def write_run(result: RunResult, directory: Path) -> None:
     table; docs/metrics.md) written into `directory`, which must not exist yet."""
     directory.mkdir(parents=True)
     mark(directory)
-    (directory / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
-    (directory / "config.resolved.yaml").write_text(resolved_yaml(result.scenario))
+    (directory / SUMMARY).write_text(json.dumps(result.summary, indent=2) + "\n")
+    (directory / CONFIG).write_text(resolved_yaml(result.scenario))
     info = meta(result.summary["wall_s"], result.scenario.seed)
     info["sources"] = result.scenario.sources.of
-    (directory / "meta.json").write_text(json.dumps(info, indent=2) + "\n")
+    (directory / META).write_text(json.dumps(info, indent=2) + "\n")
     for name in (*TABLES, "storage_trace"):
         if name in result.tables:
             result.tables[name].to_parquet(directory / f"{name}.parquet", index=False)
@@ -108,7 +109,7 @@ def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
     trace_path = run_dir / "storage_trace.parquet"
     if not trace_path.exists():
         raise FileNotFoundError(f"{trace_path} not found: run with --storage-trace first")
-    config = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
+    config = yaml.safe_load((run_dir / CONFIG).read_text())
     pools = [name for name in POOL_KINDS if config["model"].get(name)]
     if pool not in pools:
         raise PoolNotInRun(f"pool {pool!r} is not in this run (pools: {', '.join(pools)})")
