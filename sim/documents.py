@@ -182,3 +182,18 @@ def read_document(path: Path) -> dict[str, Any]:
 def _brief(exc: BaseException, limit: int = 300) -> str:
     text = str(exc) if isinstance(exc, yaml.YAMLError) else f"{type(exc).__name__}: {exc}"
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+PATH_KEYS = (("workload", "path"), ("hardware", "calibration"))
+"""The keys that name files: a trace, a calibration file."""
+
+
+def resolve_paths(doc: dict[str, Any], base_dir: Path) -> None:
+    """Make relative file paths (`workload.path`, `hardware.calibration`) relative to
+    `base_dir`, in place (absolute paths stay)."""
+    for section, key in PATH_KEYS:
+        part = doc.get(section)
+        if isinstance(part, dict) and isinstance(part.get(key), str):
+            path = Path(part[key])
+            if not path.is_absolute():
+                part[key] = str(base_dir.resolve() / path)

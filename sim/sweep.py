@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from sim.documents import resolve_paths
 from sim.outputs.files import replace_file
 from sim.pool import run_all
 from sim.results.layout import POINTS, RUNS, SWEEP_META, TASKS
@@ -37,7 +38,6 @@ from sim.scenario import (
     ScenarioError,
     build_scenario,
     point_document,
-    resolve_paths,
     scenario_document,
 )
 from sim.stats import confidence

@@ -11,7 +11,7 @@ from tests.conftest import REPO
 LAYERS = (
     ("sim.spec", "sim.registry", "sim.units", "sim.documents", "sim.stats", "sim.results.layout"),
     ("sim.model", "sim.heal", "sim.workload", "sim.routing", "sim.deployment", "sim.sizes"),
-    ("sim.scenario",),
+    ("sim.scenario", "sim.sections", "sim.errors"),
     ("sim.engine",),
     ("sim.runner", "sim.outputs"),
     ("sim.sweep", "sim.capacity", "sim.variants", "sim.pool", "sim.calibrate", "sim.results"),

@@ -1,0 +1,348 @@
+"""The sections of a scenario file (`model:`, `device:`, `host:`, `storage:`, ...): each key's
+type, range and default, and what it means in SGLang's terms. `sim.scenario` assembles them
+into the `Scenario`, with the registered implementations filled in."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union, cast, get_args
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from sim.deployment.profiles import CUSTOM
+from sim.documents import layered
+from sim.errors import nearest
+from sim.model.pools import DEFAULT_PAGE_SIZE, POOL_KINDS, KVPoolSpec, PoolSpec
+from sim.model.presets import MODEL_PRESETS
+from sim.registry import Registry
+from sim.routing import DEFAULT_ROUTER, ROUTERS, RouterSpec
+from sim.spec import (
+    KeyedError,
+    NonNegFloat,
+    NonNegInt,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    Strict,
+)
+
+
+def _kv_or_preset(schema: dict[str, Any]) -> None:
+    """In a file, `kv` may come from the preset instead of being written out."""
+    schema["required"] = [key for key in schema.get("required", ()) if key != "kv"]
+    if not schema["required"]:
+        del schema["required"]
+    schema["anyOf"] = [
+        {"required": ["kv"]},
+        {"required": ["preset"], "properties": {"preset": {"type": "string"}}},
+    ]
+
+
+def expand_preset(data: Any) -> Any:
+    """A `model:` mapping with its preset's pool specs as the defaults of what it writes."""
+    if not isinstance(data, dict) or data.get("preset") is None:
+        return data
+    name = data["preset"]
+    preset = MODEL_PRESETS.get(name) if isinstance(name, str) else None
+    if preset is None:
+        known = ", ".join(MODEL_PRESETS)
+        guess = nearest(str(name), list(MODEL_PRESETS))
+        hint = f"did you mean {guess!r}? " if guess else ""
+        raise KeyedError("model.preset", f"unknown preset {name!r}; {hint}known presets: {known}")
+    return layered(preset.pool_specs(), data)
+
+
+class ModelSpec(Strict):
+    """`model:` — the page size, one spec per pool the model has (KV always), and the preset
+    they were derived from, if any."""
+
+    model_config = ConfigDict(json_schema_extra=_kv_or_preset)
+
+    preset: str | None = None
+    """One of `sim.model.presets.MODEL_PRESETS`: its derived pool specs are the defaults of
+    `kv`, `swa` and `mamba`, field by field under what the file writes (`null` drops a pool);
+    kept in the resolved config as provenance."""
+    page_size: Annotated[int, Field(strict=True, ge=1, le=2**16)] = DEFAULT_PAGE_SIZE
+    kv: KVPoolSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_preset(cls, data: Any) -> Any:
+        """Done before validation, so every way in (a file, `--set`, a plain mapping, a sweep
+        point, a pickle) sees the same expanded model."""
+        return expand_preset(data)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_preset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A model without a preset dumps no `preset` key, so the resolved configs and sweep
+        task keys of such scenarios do not depend on presets."""
+        data: dict[str, Any] = handler(self)
+        if data.get("preset") is None:
+            data.pop("preset", None)
+        return data
+
+    def pool_spec(self, name: str) -> PoolSpec | None:
+        return cast(PoolSpec | None, getattr(self, name, None))
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        """The pools this model has, KV first, in registry order."""
+        return tuple(name for name in POOL_KINDS if self.pool_spec(name) is not None)
+
+
+class DeviceSpec(Strict):
+    """`device:` — KV pages, `<pool>_<unit>` for each aux pool the model has, and how the
+    device retains per-page aux values."""
+
+    kv_pages: PositiveInt
+    swa_retention: Literal["window", "whole_node"] = "window"
+    """`window` (SGLang today): out-of-window freeing, windows kept at insert ends, chunk ends,
+    branch points and checkpoints only; `whole_node`: every page of a node keeps its values
+    (this simulator's earlier model), for comparison."""
+
+    def capacity(self, pool: str) -> int:
+        """Device capacity of an aux pool in its own unit (pages or slots)."""
+        return cast(int, getattr(self, POOL_KINDS[pool].device_key))
+
+
+class HostSpec(Strict):
+    mode: Literal["buffer_only", "cache"] = "buffer_only"
+    pages: PositiveInt
+    """Host pool pages; when left out, `hicache_ratio` x `device.kv_pages` (SGLang's rule)."""
+    hicache_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1e3)] | None = None
+    """SGLang's --hicache-ratio: null is its default, 2.0 in cache mode and 1.2 in buffer_only
+    mode. Used only to derive a `pages` the scenario leaves out."""
+    pcie_gbps: PositiveFloat = 50.0
+    """Host-device bandwidth of the io path: a GPU profile gives the gather kernel's rate for
+    `kernel` io and the bulk copy rate for `direct` io."""
+    io_backend: Literal["kernel", "direct"] = "kernel"
+    """SGLang's --hicache-io-backend: `kernel` (a gather kernel reads host memory directly) or
+    `direct` (one cudaMemcpyAsync per layer per page, each paying `copy_overhead_us`)."""
+    mem_layout: Literal["layer_first", "page_first", "page_first_direct"] = "page_first"
+    """SGLang's --hicache-mem-layout. SGLang switches page_first_direct to direct io, direct io
+    to page_first_direct, and Mooncake off layer_first; a Mamba host pool needs a page_first
+    layout."""
+    copy_overhead_us: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
+    """What each copy of `direct` io costs beyond its bytes (a GPU profile gives it)."""
+
+
+class StoragePoolSpec(Strict):
+    capacity_gb: Annotated[float, Field(strict=True, ge=0.0, le=1e9)] | None = None
+    get_fail_prob: Probability = 0.0
+    put_fail_prob: Probability = 0.0
+    evict_rate_per_s: Annotated[float, Field(strict=True, ge=0.0, le=1e4)] = 0.0
+    put_outage_s: tuple[NonNegFloat, NonNegFloat] | None = None
+
+    @model_validator(mode="after")
+    def _outage_ordered(self) -> StoragePoolSpec:
+        if self.put_outage_s is not None and self.put_outage_s[1] < self.put_outage_s[0]:
+            raise ValueError("put_outage_s must be [start_s, end_s] with start_s <= end_s")
+        return self
+
+
+class StorageSpec(Strict):
+    backend: str | None = None
+    """One of `sim.deployment.profiles.STORAGE_BACKENDS` (or `custom`, the same as null): its
+    hit query, write dedup and eviction order become the defaults of the keys below."""
+    hit_query: str = "min_of_pools"
+    """One of `sim.model.storage.HIT_QUERIES`; the default is what SGLang's hybrid backends do."""
+    read_gbps: PositiveFloat = 10.0
+    write_gbps: PositiveFloat = 5.0
+    exists_latency_ms: NonNegFloat = 0.5
+    exists_ttl_s: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
+    """How long an object removed by a backend-side eviction still answers `exists` (the file
+    backend's optional metadata cache: 5 s when enabled)."""
+    pools: dict[str, StoragePoolSpec] = Field(default_factory=dict)
+    write_dedup: bool = True
+    """A put of a key the backend reports as stored is skipped (file, hf3fs, Mooncake); false
+    writes it again (nixl)."""
+    eviction: Literal["lru", "fifo", "lease"] = "lru"
+    """Which object a full pool evicts: `lru` (least recently read or rewritten), `fifo`
+    (oldest write), `lease` (Mooncake: least recently touched, `exists` included)."""
+    eviction_high_watermark_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1.0)] = 1.0
+    """A pool evicts once it holds more than this share of its capacity (Mooncake: 0.9)..."""
+    eviction_ratio: Annotated[float, Field(strict=True, ge=0.0, lt=1.0)] = 0.0
+    """...and then evicts this share of its objects at once (Mooncake: 0.05); 0: one."""
+
+
+class ExistenceCacheSpec(Strict):
+    entries: PositiveInt = 524288
+    """LRU bound on beliefs (per pool with `per_pool`): SGLang's current value; 131072 before."""
+    beliefs: Literal["kv", "per_pool"] = "kv"
+    """`kv`: the PR's design, KV beliefs and one FULL check for every pool; `per_pool`: SGLang's
+    newer PoolExistenceBeliefs, one LRU per pool and node writes pool by pool."""
+
+
+class RetrySpec(Strict):
+    max_attempts: NonNegInt = 8
+    """Re-issues a still-queued request may make after a missed prefetch (SGLang's
+    --hicache-storage-prefetch-retry-max-attempts, 8 since v0.5.20); 0 turns retries off."""
+    interval_s: NonNegFloat = 0.16
+    """Wait before a re-issue: SGLang polls every 8 scheduling passes, here 8 decode steps of
+    20 ms (the `compute.decode_ms_per_token` default); 0 turns retries off, as in SGLang."""
+
+
+class PrefetchSpec(Strict):
+    policy: str = "timeout"
+    """One of `sim.model.prefetch.PREFETCH_POLICIES`."""
+    threshold_tokens: NonNegInt = 256
+    timeout_base_s: NonNegFloat = 1.0
+    timeout_per_ki_token_s: NonNegFloat = 0.25
+    retry: RetrySpec = Field(default_factory=RetrySpec)
+
+
+class ComputeSpec(Strict):
+    prefill_tokens_per_s: PositiveFloat = 20000.0
+    decode_ms_per_token: NonNegFloat = 20.0
+    chunk_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = 8192
+    """Chunked prefill (SGLang's --chunked-prefill-size): every chunk end is an insert, so a
+    node end with its aux state kept; null: one pass."""
+
+
+class ClusterSpec(Strict):
+    """`cluster:` — N servers, each configured as this scenario's server, behind one router
+    and sharing the storage backend (its pools, capacity, faults and aggregate bandwidth)."""
+
+    instances: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
+    router: RouterSpec = Field(default_factory=ROUTERS[DEFAULT_ROUTER])
+    """One of `sim.routing.ROUTERS` by its `policy` (default cache_aware, the gateway's)."""
+    link_gbps: PositiveFloat | None = None
+    """Each server's own link to the backend (each direction); null: only the backend's
+    aggregate `storage.read_gbps` / `storage.write_gbps` limit a server."""
+    scale_arrivals: bool = False
+    """Divide the workload's arrival times by `instances`, so each server sees the load one
+    server sees without this (follow-up turns keep their think times)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_policy(cls, data: Any) -> Any:
+        """A router written without its `policy` is the gateway's default."""
+        router = data.get("router") if isinstance(data, dict) else None
+        if isinstance(router, dict) and "policy" not in router:
+            return {**data, "router": {"policy": DEFAULT_ROUTER, **router}}
+        return data
+
+
+class ServerSpec(Strict):
+    """`server:` — which SGLang the server runs and the arguments that size it."""
+
+    sglang: str | None = None
+    """One of `sim.deployment.profiles.SGLANG_ERAS` (or `custom`, the same as null): that
+    era's HiCache defaults become the defaults of the scenario's keys, and what the era's
+    server refuses to start with is bad input."""
+    tp_size: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
+    """Tensor parallelism: sizes one rank's share of the weights and heads when the device is
+    sized from `hardware` (the simulated server is one rank)."""
+    mem_fraction_static: Annotated[float, Field(strict=True, gt=0.0, lt=1.0)] | None = None
+    """SGLang's --mem-fraction-static; null: SGLang's rule from the GPU's memory."""
+    swa_full_tokens_ratio: Annotated[float, Field(strict=True, gt=0.0, le=16.0)] = 0.8
+    """SWA pool tokens per full-attention token when the device is sized from memory."""
+    mamba_full_memory_ratio: Annotated[float, Field(strict=True, gt=0.0, le=100.0)] = 0.9
+    """Mamba state memory per unit of full-attention pool memory, likewise."""
+
+
+class HardwareSpec(Strict):
+    """`hardware:` — the GPU: its memory and its host link."""
+
+    gpu: str | None = None
+    """One of `sim.deployment.hardware.GPUS` (or `custom`: give the values below)."""
+    calibration: str | None = None
+    """A file written by `hicache-sim calibrate`: its measured values become the defaults of
+    the values below (instead of `gpu`'s)."""
+    memory_mib: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = None
+    """GPU memory as nvidia-smi reports it: picks SGLang's chunk size and memory fraction and,
+    with a model preset, sizes the device pools."""
+    kernel_gbps: Annotated[float, Field(strict=True, gt=0.0, le=1e4)] | None = None
+    """Host-to-device rate of a kernel reading host memory (`kernel` io)."""
+    bulk_gbps: Annotated[float, Field(strict=True, gt=0.0, le=1e4)] | None = None
+    """Host-to-device rate of large copies (`direct` io)."""
+    copy_overhead_us: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] | None = None
+    """Cost of one copy beyond its bytes (`direct` io)."""
+
+
+VariantLabel = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,79}$")]
+
+
+class SweepSpec(Strict):
+    seeds: PositiveInt = 1
+    variants: dict[VariantLabel, dict[str, Any]] = Field(default_factory=dict)
+    """Labelled sets of keys, one axis of the sweep (its column is `variant`): rows that differ
+    in several keys at once, such as deployments (`pr36386-file: {server.sglang: pr36386,
+    storage.backend: file}`), crossed with the grid."""
+    grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
+    target: (
+        Annotated[str, Field(pattern=r"^\s*[a-z0-9_]+\s*(>=|<=)\s*-?[0-9.eE+-]+\s*$")] | None
+    ) = None
+    """Optional 'METRIC>=VALUE' drawn as a contour on heatmaps."""
+
+
+MAX_DURATION_S = 1e9
+"""About 32 years of simulated time."""
+
+
+def expanded_model(model: Any) -> Any:
+    """The model section with its preset expanded (as validation will see it); unchanged when
+    there is none or it is unknown (validation reports that)."""
+    try:
+        return expand_preset(model)
+    except (KeyedError, ValueError, TypeError):
+        return model
+
+
+def list_every_storage_pool(doc: dict[str, Any]) -> None:
+    """A pool the model has but `storage.pools` leaves out is stored with the defaults
+    (unbounded, fault-free); writing it into the document puts it in the resolved
+    configuration, so a capacity answer never rests on a pool nobody can see."""
+    missing = defaulted_storage_pools(doc)
+    storage = doc.setdefault("storage", {})
+    if missing and isinstance(storage, dict) and isinstance(storage.setdefault("pools", {}), dict):
+        storage["pools"].update({name: {} for name in missing})
+
+
+def defaulted_storage_pools(raw: dict[str, Any]) -> list[str]:
+    """The model's pools a raw document leaves out of `storage.pools` (they get the defaults)."""
+    model, storage = _mapping(expanded_model(raw.get("model"))), _mapping(raw.get("storage"))
+    given = _mapping(storage.get("pools"))
+    return [n for n in POOL_KINDS if isinstance(model.get(n), dict) and n not in given]
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# ---------------------------------------------------------------- fields typed by a registry
+
+
+def one_of(registry: Registry[Any]) -> Any:
+    """`Literal[...]` of a registry's names, so the schema and its errors list them."""
+    return Literal.__getitem__(registry.names())
+
+
+def pool_map() -> Any:
+    """`dict[Literal[pool names], StoragePoolSpec]`: `storage.pools` names only known pools."""
+    return dict[one_of(POOL_KINDS), StoragePoolSpec]  # type: ignore[misc]
+
+
+def default(model: type[Strict], field: str) -> Any:
+    return model.model_fields[field].default
+
+
+def profile_names(registry: Registry[Any]) -> Any:
+    """`Literal[...]` of a profile registry's names and `custom`, or null."""
+    return Literal.__getitem__((*registry.names(), CUSTOM)) | None  # type: ignore[operator]
+
+
+def tagged(registry: Registry[Any], tag: str) -> Any:
+    """The union of a registry's specs, told apart by their `tag` field."""
+    for name, spec in registry.items():
+        if get_args(spec.model_fields[tag].annotation) != (name,):
+            raise ValueError(
+                f"{registry.what} {name!r}: its spec's `{tag}` must be Literal[{name!r}]"
+            )
+    specs = tuple(registry.values())
+    return specs[0] if len(specs) == 1 else Annotated[Union[specs], Field(discriminator=tag)]  # noqa: UP007
