@@ -23,7 +23,8 @@ import yaml
 
 from sim.deployment.resolve import USER, get, show_value
 from sim.outputs.console import format_table, print_summary, progress
-from sim.results.layout import SUMMARY, SWEEP_META, TASKS
+from sim.results.directories import check_path, check_sweep_out, only_writer, refuse_existing
+from sim.results.layout import SUMMARY, TASKS
 from sim.runner import run
 from sim.scenario import (
     Scenario,
@@ -83,7 +84,7 @@ def _load(
 ) -> Scenario:
     """Load, validate and check references; by default also read the whole trace, so that a
     malformed line is bad input before anything runs, even past the horizon or `limit`."""
-    _check_path(path, Path(path))
+    check_path(path, Path(path))
     items = list(overrides)
     if seed is not None:
         items.append(f"seed={seed}")
@@ -150,10 +151,11 @@ def run_cmd(
     storage_trace: bool,
 ) -> None:
     """Run one scenario and write a run directory."""
-    from sim.outputs.results import default_out, write_atomically, write_run
+    from sim.outputs.results import write_run
+    from sim.results.directories import default_out, write_atomically
 
     sc = _load(scenario, overrides, seed)
-    _refuse_existing(out, force)
+    refuse_existing(out, force)
     with progress(sc, sc.name) as on_progress:
         result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")
@@ -205,14 +207,14 @@ def compare_cmd(
     Variants are heal rules (--heal), the values of one key (--vary) or labelled sets of keys
     (--variant); every one is checked before the first run.
     """
-    from sim.outputs.results import default_out, write_atomically
     from sim.results.compare import compare, write_comparison
+    from sim.results.directories import default_out, write_atomically
     from sim.variants import variant_set
 
     found = variant_set(heals, vary, variant_specs)
     base = _load(scenario, overrides, seed)
     scenarios = [_load_variant(scenario, overrides, seed, v, found, base) for v in found.variants]
-    _refuse_existing(out, force)
+    refuse_existing(out, force)
 
     def shown(label: str) -> str:
         return label if found.column == "variant" else f"{found.column}={label}"
@@ -282,7 +284,8 @@ def sweep_cmd(
 ) -> None:
     """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
     from sim.outputs.plot import plot_sweep
-    from sim.outputs.results import default_out, meta
+    from sim.outputs.results import meta
+    from sim.results.directories import default_out
     from sim.sweep import finished_runs, plan, run_sweep, staging_dir
 
     sc = _load(scenario, overrides, scan_trace=False)
@@ -295,10 +298,10 @@ def sweep_cmd(
         "target": sc.sweep.target if sc.sweep else None,
         **meta(0.0, sc.seed),
     }
-    _check_sweep_out(target, sc.name)
+    check_sweep_out(target, sc.name)
     click.echo(f"{len(tasks)} runs into {target}", err=True)
     try:
-        with _only_writer(target):
+        with only_writer(target):
             outcome = run_sweep(
                 tasks,
                 target,
@@ -340,53 +343,6 @@ def _resume_command(
     for item in overrides:
         args += ["--set", item]
     return shlex.join([*args, "--out", str(target)])
-
-
-def _check_sweep_out(target: Path, name: str) -> None:
-    """A sweep extends or resumes only a sweep directory of the same scenario; it never mixes
-    its tables into another scenario's sweep, a run directory or a folder of the user's."""
-    _check_path("--out", target)
-    if target.is_symlink():
-        raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
-    if not target.exists():
-        return
-    meta_path = target / SWEEP_META
-    if not meta_path.is_file():
-        raise ScenarioError(
-            "--out", None, f"{target} exists and is not a sweep directory; choose another --out"
-        )
-    try:
-        other = json.loads(meta_path.read_text()).get("scenario")
-    except (OSError, ValueError, AttributeError):
-        other = None
-    if other != name:
-        raise ScenarioError(
-            "--out",
-            None,
-            f"{target} holds a sweep of scenario {other!r}, not {name!r}; choose another --out",
-        )
-
-
-@contextmanager
-def _only_writer(target: Path) -> Iterator[None]:
-    """Hold a lock beside the sweep directory while writing it: a second sweep into the same
-    `--out` is refused at once instead of duplicating the work and failing at the end."""
-    import fcntl
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = target.parent / f".{target.name}.lock"
-    with lock_path.open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ScenarioError(
-                "--out", None, f"another sweep is writing {target}; wait for it or choose another"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            lock_path.unlink(missing_ok=True)
 
 
 @cli.command("capacity")
@@ -436,7 +392,7 @@ def capacity_cmd(
     """
     from sim.capacity import CapacitySearch
     from sim.outputs.plot import plot_capacity
-    from sim.outputs.results import default_out
+    from sim.results.directories import default_out
     from sim.sweep import finished_runs
     from sim.units import param_text
 
@@ -591,7 +547,7 @@ def calibrate_cmd(out: Path | None, device_index: int, repeats: int, force: bool
     from sim import calibrate
 
     if out is not None:
-        _check_path("--out", out)
+        check_path("--out", out)
         if (out.exists() or out.is_symlink()) and not force:
             raise FileExistsError(f"{out} already exists (use --force to replace it)")
     try:
@@ -674,31 +630,6 @@ _UNREADABLE = (
     AttributeError,
     IndexError,
 )
-
-
-def _check_path(option: str, path: Path) -> None:
-    """A path every file system here can hold and every output file can name: UTF-8, and no
-    component longer than 255 bytes."""
-    try:
-        parts = [part.encode("utf-8") for part in path.parts]
-    except UnicodeEncodeError:
-        raise ScenarioError(option, None, f"{path!s:.80} is not a valid UTF-8 path") from None
-    if any(len(part) > 255 for part in parts):
-        raise ScenarioError(option, None, "a folder or file name is at most 255 bytes")
-
-
-def _refuse_existing(out: Path | None, force: bool) -> None:
-    """Before anything runs: an existing `--out` needs `--force`, and `--force` replaces only
-    a result directory this tool wrote (never a symlink, the working directory or a parent)."""
-    from sim.outputs.results import check_replaceable
-
-    if out is not None:
-        _check_path("--out", out)
-    if out is None or not (out.exists() or out.is_symlink()):
-        return
-    if not force:
-        raise FileExistsError(f"{out} already exists (use --force to replace it)")
-    check_replaceable(out)
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.outputs.results import STAGING_OWNER, STAGING_PREFIX, write_atomically
+from sim.results.directories import STAGING_OWNER, STAGING_PREFIX, write_atomically
 from tests.test_sweep import GRID, sweep_doc, sweep_meta, write_yaml
 
 pytestmark = pytest.mark.skipif(
@@ -290,7 +290,7 @@ def test_the_workers_exit_when_the_sweep_is_killed(
 WRITER = """
 import sys, time
 from pathlib import Path
-from sim.outputs.results import write_atomically
+from sim.results.directories import write_atomically
 
 def fill(directory):
     directory.mkdir()
@@ -310,8 +310,11 @@ def staging_of(proc: subprocess.Popen[bytes], parent: Path) -> Path:
     deadline = time.monotonic() + DEADLINE_S
     while True:
         for path in parent.glob(f"{STAGING_PREFIX}*"):
-            owner = (path / STAGING_OWNER).read_text().split()
-            if int(owner[1]) == proc.pid and (path / "out" / "half.txt").exists():
+            try:  # the other writer's staging may not have its owner file yet
+                owner = (path / STAGING_OWNER).read_text().split()
+            except FileNotFoundError:
+                continue
+            if owner[1:] == [str(proc.pid)] and (path / "out" / "half.txt").exists():
                 return path
         assert proc.poll() is None and time.monotonic() < deadline, "no staging appeared"
         time.sleep(0.02)

@@ -9,7 +9,15 @@ from pathlib import Path
 from tests.conftest import REPO
 
 LAYERS = (
-    ("sim.spec", "sim.registry", "sim.units", "sim.documents", "sim.stats", "sim.results.layout"),
+    (
+        "sim.spec",
+        "sim.registry",
+        "sim.units",
+        "sim.documents",
+        "sim.stats",
+        "sim.results.layout",
+        "sim.results.directories",
+    ),
     ("sim.model", "sim.heal", "sim.workload", "sim.routing", "sim.deployment", "sim.sizes"),
     ("sim.scenario", "sim.sections", "sim.errors"),
     ("sim.engine",),

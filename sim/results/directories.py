@@ -1,0 +1,183 @@
+"""Result directories on disk: where a new one goes, how it is written whole (built in a
+staging sibling, marked, renamed into place), what may be replaced, and the lock a sweep holds
+on its directory while it writes."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sim.results.layout import SWEEP_META
+from sim.spec import ScenarioError
+
+
+def default_out(results_root: Path, scenario_name: str, kind: str) -> Path:
+    """results/<scenario>/<kind>-<UTC time>[-n]: a new directory for every invocation."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    base = results_root / scenario_name / f"{kind}-{stamp}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
+MARKER = ".hicache-sim"
+"""A file in every result directory this tool writes; `--force` replaces only such a
+directory, so it can never delete a user's own folder."""
+
+
+def mark(directory: Path) -> None:
+    """Mark a directory as a result directory of this tool (replaceable with `--force`)."""
+    (directory / MARKER).write_text("a result directory written by hicache-sim\n")
+
+
+def check_replaceable(target: Path) -> None:
+    """Refuse (FileExistsError, exit 2) to replace anything but a result directory of this
+    tool: a symlink (its target is not ours to delete), the working directory or one of its
+    parents, or a directory without the marker."""
+    if target.is_symlink():
+        raise FileExistsError(f"{target} is a symbolic link; refusing to replace it")
+    resolved = target.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise FileExistsError(f"{target} is the working directory or a parent of it")
+    if not (resolved / MARKER).is_file():
+        raise FileExistsError(
+            f"{target} exists and was not written by hicache-sim (no {MARKER} marker in it); "
+            "refusing to replace it: choose another --out"
+        )
+
+
+STAGING_PREFIX = ".hicache-sim-staging-"
+STAGING_OWNER = "owner"
+"""In a staging directory: the host and pid of the process writing it, so that a later write
+can tell a directory left by a killed process from one that is still being written."""
+
+
+def remove_stale_staging(parent: Path) -> list[Path]:
+    """Remove the staging directories in `parent` whose writer is gone (killed before it could
+    clean up); one of a live process, of another host, or without an owner is left alone."""
+    removed = []
+    for path in parent.glob(f"{STAGING_PREFIX}*"):
+        if path.is_dir() and not path.is_symlink() and _owner_gone(path / STAGING_OWNER):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _owner_gone(owner: Path) -> bool:
+    try:
+        host, pid_text = owner.read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return False
+    if host != socket.gethostname() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def write_atomically(target: Path, fill: Callable[[Path], None], force: bool = False) -> Path:
+    """Build the directory beside `target` and rename it into place only once it is complete;
+    with `force`, an existing result directory of this tool is replaced (nothing else)."""
+    if target.is_symlink():
+        check_replaceable(target)
+    target = target.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(target.parent)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent))
+    (staging / STAGING_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    try:
+        fill(staging / "out")
+        mark(staging / "out")
+        if target.exists():
+            if not force:
+                raise FileExistsError(f"{target} already exists (use --force to replace it)")
+            check_replaceable(target)
+            shutil.rmtree(target)
+        os.replace(staging / "out", target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def check_path(option: str, path: Path) -> None:
+    """A path every file system here can hold and every output file can name: UTF-8, and no
+    component longer than 255 bytes."""
+    try:
+        parts = [part.encode("utf-8") for part in path.parts]
+    except UnicodeEncodeError:
+        raise ScenarioError(option, None, f"{path!s:.80} is not a valid UTF-8 path") from None
+    if any(len(part) > 255 for part in parts):
+        raise ScenarioError(option, None, "a folder or file name is at most 255 bytes")
+
+
+def refuse_existing(out: Path | None, force: bool) -> None:
+    """Before anything runs: an existing `--out` needs `--force`, and `--force` replaces only
+    a result directory this tool wrote (never a symlink, the working directory or a parent)."""
+    if out is not None:
+        check_path("--out", out)
+    if out is None or not (out.exists() or out.is_symlink()):
+        return
+    if not force:
+        raise FileExistsError(f"{out} already exists (use --force to replace it)")
+    check_replaceable(out)
+
+
+def check_sweep_out(target: Path, name: str) -> None:
+    """A sweep extends or resumes only a sweep directory of the same scenario; it never mixes
+    its tables into another scenario's sweep, a run directory or a folder of the user's."""
+    check_path("--out", target)
+    if target.is_symlink():
+        raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
+    if not target.exists():
+        return
+    meta_path = target / SWEEP_META
+    if not meta_path.is_file():
+        raise ScenarioError(
+            "--out", None, f"{target} exists and is not a sweep directory; choose another --out"
+        )
+    try:
+        other = json.loads(meta_path.read_text()).get("scenario")
+    except (OSError, ValueError, AttributeError):
+        other = None
+    if other != name:
+        raise ScenarioError(
+            "--out",
+            None,
+            f"{target} holds a sweep of scenario {other!r}, not {name!r}; choose another --out",
+        )
+
+
+@contextmanager
+def only_writer(target: Path) -> Iterator[None]:
+    """Hold a lock beside the sweep directory while writing it: a second sweep into the same
+    `--out` is refused at once instead of duplicating the work and failing at the end."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = target.parent / f".{target.name}.lock"
+    with lock_path.open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ScenarioError(
+                "--out", None, f"another sweep is writing {target}; wait for it or choose another"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock_path.unlink(missing_ok=True)
