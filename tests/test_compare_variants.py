@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-import sim.cli
+import sim.results.compare
 from sim.outputs.console import COMPARE_COLUMNS, format_table
 from sim.outputs.plot import plot_comparison
 from sim.scenario import ScenarioError
@@ -38,7 +38,7 @@ def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a variant ran before every variant was checked")
 
-    monkeypatch.setattr(sim.cli, "run", refuse)
+    monkeypatch.setattr(sim.results.compare, "run", refuse)
 
 
 def config(directory: Path) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def test_a_variant_replaying_another_trace_has_it_read_before_anything_runs(
     Path("bad.jsonl").write_text(json.dumps(good) + "\n{not json\n")
     doc = make_doc(workload={"kind": "mooncake", "path": "good.jsonl", "block_tokens": 512})
     Path("trace.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    monkeypatch.setattr(sim.cli, "run", lambda *a, **k: pytest.fail("a variant ran"))
+    monkeypatch.setattr(sim.results.compare, "run", lambda *a, **k: pytest.fail("a variant ran"))
     result = invoke("compare", "trace.yaml", "--vary", f"workload.path={tmp_path / 'bad.jsonl'}")
     assert result.exit_code == 2, (result.output, result.stderr)
     assert "--vary workload.path=" in result.stderr and "line 2" in result.stderr
