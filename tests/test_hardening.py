@@ -49,12 +49,12 @@ def test_debug_shows_the_traceback_behind_an_unexpected_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An exit-1 error prints one line and says how to get the stack; --debug prints it."""
-    import sim.cli
+    import sim.cli.runs
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sim.cli, "run", broken)
+    monkeypatch.setattr(sim.cli.runs, "run", broken)
     monkeypatch.setenv("HICACHE_DEBUG", "")  # unset again at teardown, whatever --debug sets
     path = tmp_path / "s.yaml"
     import yaml

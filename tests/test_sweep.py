@@ -689,7 +689,7 @@ def test_cli_capacity_unknown_metric_exits_2_and_writes_nothing(
     result = capacity_cli(scenario, out, "no_such_metric<=0.2", "--values", "0.1,0.2", seeds=2)
     assert result.exit_code == 2, (result.output, result.stderr)
     assert "no_such_metric" in result.stderr
-    assert not out.exists(), "exit 2 is bad input: nothing is written (sim/cli.py docstring)"
+    assert not out.exists(), "exit 2 is bad input: nothing is written (sim/cli/app.py docstring)"
 
 
 def test_plot_sweep_of_a_grid_with_null_and_no_loops(tmp_path: Path):

@@ -1,0 +1,153 @@
+"""The `hicache-sim` command group and what every command shares: loading a scenario (with its
+trace read whole), the options, and the exit codes.
+
+Exit codes: 0 success; 2 bad input (file, schema, unknown key: the message names both, and
+nothing is written); 1 anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import yaml
+
+from sim.results.directories import check_path
+from sim.scenario import (
+    Scenario,
+    ScenarioError,
+    check_references,
+    load_scenario,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RESULTS_ROOT = Path("results")
+DEBUG_ENV = "HICACHE_DEBUG"
+"""Set (or `--debug`): an unexpected error (exit 1) prints its traceback, for bug reports."""
+
+
+def bad_input(fn: F) -> F:
+    """Map ScenarioError to exit 2 and other failures to exit 1, without a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ScenarioError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except FileExistsError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt as exc:
+            where = f" ({exc})" if str(exc) else ""
+            click.echo(f"interrupted{where}; no partial result directory was left", err=True)
+            sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV):
+                traceback.print_exc()
+            else:
+                hint = f" (rerun with --debug or {DEBUG_ENV}=1 for the traceback)"
+                click.echo(f"error: {type(exc).__name__}: {exc}{hint}", err=True)
+                sys.exit(1)
+            click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def load(
+    path: str, overrides: tuple[str, ...], seed: int | None = None, *, scan_trace: bool = True
+) -> Scenario:
+    """Load, validate and check references; by default also read the whole trace, so that a
+    malformed line is bad input before anything runs, even past the horizon or `limit`."""
+    check_path(path, Path(path))
+    items = list(overrides)
+    if seed is not None:
+        items.append(f"seed={seed}")
+    scenario = load_scenario(path, items)
+    check_references(scenario, path)
+    if scan_trace:
+        trace_requests(scenario)
+    return scenario
+
+
+def trace_requests(scenario: Scenario) -> int:
+    """Requests in the scenario's trace (0 without one); a malformed line raises ScenarioError."""
+    return scenario.workload.scan()
+
+
+set_option = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario value by dotted key (repeatable); a relative path is relative to "
+    "the current directory.",
+)
+out_option = click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Result directory (default: a new one under results/<scenario name>/).",
+)
+force_option = click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hicache-sim")
+@click.option(
+    "--debug",
+    is_flag=True,
+    help=f"Print the traceback behind an unexpected error (also {DEBUG_ENV}=1).",
+)
+def cli(debug: bool) -> None:
+    """Simulate hybrid HiCache storage prefetch and compare existence-cache healing rules."""
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
+
+
+@contextmanager
+def reading(directory: Path) -> Iterator[None]:
+    """A result directory this tool did not write as it is (junk Parquet, a configuration that
+    is not a mapping or carries a Python tag, a malformed sweep.json) is bad input, exit 2."""
+    try:
+        yield
+    except ScenarioError:
+        raise
+    except (*_UNREADABLE, yaml.YAMLError) as exc:
+        raise ScenarioError(
+            str(directory), None, f"not a readable result directory ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+_UNREADABLE = (
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
+    cli(prog_name="hicache-sim")

@@ -1,0 +1,313 @@
+"""Commands over one scenario or one result directory: run, compare, validate, schema,
+export-trace, calibrate, plot, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from sim.cli.app import (
+    RESULTS_ROOT,
+    bad_input,
+    cli,
+    force_option,
+    load,
+    out_option,
+    reading,
+    set_option,
+    trace_requests,
+)
+from sim.deployment.resolve import USER, get, show_value
+from sim.outputs.console import format_table, print_summary, progress
+from sim.results.directories import check_path, refuse_existing
+from sim.results.layout import SUMMARY
+from sim.runner import run
+from sim.scenario import (
+    Scenario,
+    ScenarioError,
+    apply_override,
+    defaulted_storage_pools,
+    parse_override,
+    read_document,
+    scenario_document,
+    scenario_model,
+)
+from sim.variants import Variant, VariantSet
+
+
+@cli.command("run")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@out_option
+@click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
+@set_option
+@force_option
+@click.option(
+    "--storage-trace",
+    is_flag=True,
+    help="Also record every storage access (storage_trace.parquet, for export-trace).",
+)
+@bad_input
+def run_cmd(
+    scenario: str,
+    out: Path | None,
+    seed: int | None,
+    overrides: tuple[str, ...],
+    force: bool,
+    storage_trace: bool,
+) -> None:
+    """Run one scenario and write a run directory."""
+    from sim.outputs.results import write_run
+    from sim.results.directories import default_out, write_atomically
+
+    sc = load(scenario, overrides, seed)
+    refuse_existing(out, force)
+    with progress(sc, sc.name) as on_progress:
+        result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
+    target = out or default_out(RESULTS_ROOT, sc.name, "run")
+    written = write_atomically(target, lambda d: write_run(result, d), force=force)
+    print_summary(result, str(Path(written) / SUMMARY))
+    click.echo(f"wrote {written}")
+
+
+@cli.command("compare")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option(
+    "--heal",
+    "heals",
+    default=None,
+    metavar="A,B,...",
+    help="Heal rules to compare: the same as --vary heal=A,B (default: none,keep_pages).",
+)
+@click.option(
+    "--vary",
+    multiple=True,
+    metavar="KEY=A,B,...",
+    help="One dotted key and the values to run it at (YAML values, as --set).",
+)
+@click.option(
+    "--variant",
+    "variant_specs",
+    multiple=True,
+    metavar="LABEL:KEY=VALUE[;KEY=VALUE...]",
+    help="One variant per option (repeatable): a label and the keys it sets.",
+)
+@out_option
+@click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
+@set_option
+@force_option
+@bad_input
+def compare_cmd(
+    scenario: str,
+    heals: str | None,
+    vary: tuple[str, ...],
+    variant_specs: tuple[str, ...],
+    out: Path | None,
+    seed: int | None,
+    overrides: tuple[str, ...],
+    force: bool,
+) -> None:
+    """Run the scenario once per variant on the same seed, print a table, write comparison.csv,
+    comparison.png and one run directory per variant.
+
+    Variants are heal rules (--heal), the values of one key (--vary) or labelled sets of keys
+    (--variant); every one is checked before the first run.
+    """
+    from sim.results.compare import compare, write_comparison
+    from sim.results.directories import default_out, write_atomically
+    from sim.variants import variant_set
+
+    found = variant_set(heals, vary, variant_specs)
+    base = load(scenario, overrides, seed)
+    scenarios = [_load_variant(scenario, overrides, seed, v, found, base) for v in found.variants]
+    refuse_existing(out, force)
+
+    def shown(label: str) -> str:
+        return label if found.column == "variant" else f"{found.column}={label}"
+
+    comparison = compare(
+        {v.label: sc for v, sc in zip(found.variants, scenarios, strict=True)},
+        found.column,
+        progress=lambda sc, label: progress(sc, shown(label)),
+    )
+    sets = {v.label: v.values() for v in found.variants}
+    target = out or default_out(RESULTS_ROOT, base.name, "compare")
+    written = write_atomically(
+        target, lambda d: write_comparison(comparison, d, sets, found.option), force=force
+    )
+    click.echo(format_table(comparison.table, found.column))
+    click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
+
+
+def _load_variant(
+    path: str,
+    overrides: tuple[str, ...],
+    seed: int | None,
+    variant: Variant,
+    found: VariantSet,
+    base: Scenario,
+) -> Scenario:
+    """The scenario with `--set`, then the variant's keys; a refusal names the variant's option
+    (and its label), and a variant that replays another trace has that trace read whole too."""
+    try:
+        sc = load(path, (*overrides, *variant.sets), seed, scan_trace=False)
+        if sc.trace_path() != base.trace_path():
+            trace_requests(sc)
+    except ScenarioError as exc:
+        where = ";".join(variant.sets) if found.option == "--vary" else variant.label
+        raise ScenarioError(f"{found.option} {where}", exc.key, exc.message) from None
+    return sc
+
+
+@cli.command("validate")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@set_option
+@bad_input
+def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
+    """Check a scenario without running it, referenced trace files included."""
+    sc = load(scenario, overrides, scan_trace=False)
+    path = sc.trace_path()
+    requests = trace_requests(sc)
+    extra = f", trace {path} ({requests} requests)" if path is not None else ""
+    click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
+    _print_sources(sc)
+    raw = read_document(Path(scenario))
+    for item in overrides:
+        key, value = parse_override(item)
+        apply_override(raw, key, value)
+    for pool in defaulted_storage_pools(raw):
+        click.echo(
+            f"note: storage.pools.{pool} is not given: the {pool} pool is stored unbounded and "
+            "fault-free (the defaults; the resolved configuration lists them)"
+        )
+
+
+def _print_sources(scenario: Scenario) -> None:
+    """The values a profile, a preset or SGLang's rules set, and the scenario's own values that
+    differ from its profiles."""
+    doc = scenario_document(scenario)
+    given = scenario.sources.from_profiles()
+    if given:
+        click.echo("from profiles, the preset and SGLang's rules:")
+    for key, source in given.items():
+        click.echo(f"  {key} = {show_value(get(doc, key))}  ({source})")
+    for key, source in scenario.sources.of.items():
+        if source.startswith(f"{USER};"):
+            shown = show_value(get(doc, key))
+            click.echo(f"note: {key} = {shown} is the scenario's own;{source[len(USER) + 1 :]}")
+
+
+@cli.command("export-trace")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--pool", default="kv", show_default=True, help="Storage pool to export.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="CSV file to write (default: RUN_DIR/storage_trace_<pool>.csv).",
+)
+@bad_input
+def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
+    """Write a run's storage accesses of one pool as a libCacheSim CSV trace."""
+    from sim.outputs.results import PoolNotInRun, export_libcachesim_csv
+
+    target = out or run_dir / f"storage_trace_{pool}.csv"
+    with reading(run_dir):
+        try:
+            n = export_libcachesim_csv(run_dir, pool, target)
+        except FileNotFoundError as exc:
+            raise ScenarioError(str(run_dir), "storage_trace.parquet", str(exc)) from None
+        except PoolNotInRun as exc:
+            raise ScenarioError(str(run_dir), "--pool", str(exc)) from None
+    click.echo(f"wrote {target} ({n} requests of pool {pool})")
+
+
+@cli.command("calibrate")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Hardware profile to write (default: hardware-<device name>.yaml here).",
+)
+@click.option(
+    "--device",
+    "device_index",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="CUDA device index.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Timed repetitions per measurement (the median is kept).",
+)
+@click.option("--force", is_flag=True, help="Replace an existing --out.")
+@bad_input
+def calibrate_cmd(out: Path | None, device_index: int, repeats: int, force: bool) -> None:
+    """Measure this CUDA GPU's host link and memory; write a file a scenario names as
+    `hardware: {calibration: FILE}`. Needs PyTorch with CUDA (the `calibrate` extra)."""
+    from sim import calibrate
+
+    if out is not None:
+        check_path("--out", out)
+        if (out.exists() or out.is_symlink()) and not force:
+            raise FileExistsError(f"{out} already exists (use --force to replace it)")
+    try:
+        measurer = calibrate.open_measurer(device_index, repeats)
+    except calibrate.CalibrationUnavailable as exc:
+        click.echo(
+            "error: calibrate needs PyTorch with a CUDA GPU "
+            f"(pip install 'hicache-sim[calibrate]'): {exc}",
+            err=True,
+        )
+        sys.exit(1)
+    target = out or calibrate.default_out(measurer.device_name())
+    if (target.exists() or target.is_symlink()) and not force:
+        raise FileExistsError(f"{target} already exists (use --force to replace it)")
+    click.echo(f"measuring {measurer.device_name()} (about a minute)", err=True)
+    result = calibrate.calibrate(measurer)
+    click.echo(calibrate.format_calibration(result))
+    calibrate.write_calibration(result, target, force=force)
+    click.echo(f"wrote {target}")
+
+
+@cli.command("schema")
+def schema_cmd() -> None:
+    """Print the scenario JSON Schema."""
+    click.echo(json.dumps(scenario_model().model_json_schema(), indent=2))
+
+
+@cli.command("plot")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@bad_input
+def plot_cmd(directory: Path) -> None:
+    """Draw the plots of a run, compare, sweep or capacity directory."""
+    from sim.outputs.plot import plot_directory
+
+    with reading(directory):
+        paths = plot_directory(directory)
+    for path in paths:
+        click.echo(f"wrote {path}")
+
+
+@cli.command("report")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="HTML file to write (default: DIRECTORY/report.html).",
+)
+@bad_input
+def report_cmd(directory: Path, out: Path | None) -> None:
+    """Write one self-contained HTML page of a run, compare, sweep or capacity directory."""
+    from sim.outputs.report import write_report
+
+    with reading(directory):
+        written = write_report(directory, out)
+    click.echo(f"wrote {written}")

@@ -1,0 +1,224 @@
+"""Commands that run many evaluations of one scenario: sweep and capacity."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from sim.cli.app import (
+    RESULTS_ROOT,
+    bad_input,
+    cli,
+    load,
+    out_option,
+    set_option,
+)
+from sim.results.directories import check_sweep_out, only_writer
+from sim.results.layout import TASKS
+from sim.scenario import (
+    ScenarioError,
+)
+
+
+@cli.command("sweep")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option(
+    "--executor",
+    type=click.Choice(["serial", "process", "dask"]),
+    default="process",
+    show_default=True,
+    help="Where the runs execute; results are identical whatever the choice.",
+)
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Default: cores.")
+@click.option("--scheduler", default=None, help="Dask scheduler address to join (dask only).")
+@click.option("--seeds", type=click.IntRange(min=1), default=None, help="Override sweep.seeds.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Sweep directory; rerunning into it computes only the missing runs.",
+)
+@set_option
+@bad_input
+def sweep_cmd(
+    scenario: str,
+    executor: str,
+    workers: int | None,
+    scheduler: str | None,
+    seeds: int | None,
+    out: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
+    from sim.outputs.plot import plot_sweep
+    from sim.outputs.results import meta
+    from sim.results.directories import default_out
+    from sim.sweep import finished_runs, plan, run_sweep, staging_dir
+
+    sc = load(scenario, overrides, scan_trace=False)
+    tasks = plan(sc, scenario, seeds)
+    target = out or default_out(RESULTS_ROOT, sc.name, "sweep")
+    provenance = {
+        "scenario": sc.name,
+        "grid": sc.sweep.grid if sc.sweep else {},
+        "variants": sc.sweep.variants if sc.sweep else {},
+        "target": sc.sweep.target if sc.sweep else None,
+        **meta(0.0, sc.seed),
+    }
+    check_sweep_out(target, sc.name)
+    click.echo(f"{len(tasks)} runs into {target}", err=True)
+    try:
+        with only_writer(target):
+            outcome = run_sweep(
+                tasks,
+                target,
+                executor=executor,
+                workers=workers,
+                scheduler=scheduler,
+                provenance=provenance,
+            )
+    except KeyboardInterrupt:
+        kept = target if target.exists() else staging_dir(target)
+        resume = _resume_command(scenario, target, seeds, overrides)
+        click.echo(
+            f"interrupted after {finished_runs(kept / 'tasks', tasks)} of {len(tasks)} runs "
+            f"(kept in {kept}); finish with: {resume}",
+            err=True,
+        )
+        sys.exit(130)
+    for path in plot_sweep(target):
+        click.echo(f"wrote {path}")
+    click.echo(
+        f"{len(tasks)} runs ({outcome.computed} computed, {outcome.reused} reused) -> {target}"
+    )
+    if outcome.failed:
+        for fail in outcome.failed:
+            click.echo(
+                f"failed: point {fail['values']} seed {fail['seed']}: {fail['error']}", err=True
+            )
+        raise SystemExit(1)
+
+
+def _resume_command(
+    scenario: str, target: Path, seeds: int | None, overrides: tuple[str, ...]
+) -> str:
+    """The sweep command that plans the same runs into the same directory (the --set values
+    and --seeds decide the runs' keys, so a resume without them would start afresh)."""
+    args = ["hicache-sim", "sweep", scenario]
+    if seeds is not None:
+        args += ["--seeds", str(seeds)]
+    for item in overrides:
+        args += ["--set", item]
+    return shlex.join([*args, "--out", str(target)])
+
+
+@cli.command("capacity")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--param", required=True, help="Dotted scenario key to size, e.g. device.swa_pages.")
+@click.option(
+    "--target", required=True, help="METRIC>=VALUE or METRIC<=VALUE, e.g. heal_rate>=0.9."
+)
+@click.option(
+    "--range",
+    "bounds",
+    nargs=2,
+    type=str,
+    default=None,
+    metavar="LOW HIGH",
+    help="Bisect this range (integers give an integer search; a _gb key takes 512MB, 2GiB, ...).",
+)
+@click.option("--values", default=None, help="Comma-separated values to scan instead of bisecting.")
+@click.option(
+    "--tolerance",
+    type=float,
+    default=None,
+    help="Bisection resolution (> 0; default 1 for integer ends, 1/64 of the range otherwise).",
+)
+@click.option("--seeds", type=click.IntRange(min=2), default=5, show_default=True)
+@click.option("--executor", type=click.Choice(["serial", "process", "dask"]), default="process")
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+@out_option
+@set_option
+@bad_input
+def capacity_cmd(
+    scenario: str,
+    param: str,
+    target: str,
+    bounds: tuple[str, str] | None,
+    values: str | None,
+    tolerance: float | None,
+    seeds: int,
+    executor: str,
+    workers: int | None,
+    out: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Smallest value of --param that meets --target with 95 % confidence across seeds.
+
+    Every argument is checked before the first run; a refused one exits 2 and writes nothing.
+    """
+    from sim.capacity import CapacitySearch
+    from sim.outputs.plot import plot_capacity
+    from sim.results.directories import default_out
+    from sim.sweep import finished_runs
+    from sim.units import param_text
+
+    sc = load(scenario, overrides)
+    if (bounds is None) == (values is None):
+        raise ScenarioError(
+            "capacity", None, "give exactly one of --range LOW HIGH and --values A,B,..."
+        )
+    if tolerance is not None and values is not None:
+        raise ScenarioError(
+            "--tolerance", None, "applies only to --range (drop it, or bisect with --range)"
+        )
+    target_dir = out or default_out(RESULTS_ROOT, sc.name, "capacity")
+    search = CapacitySearch(
+        sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
+    )
+    try:
+        if values is not None:
+            answer = search.scan(_quantities("--values", values.split(","), param))
+        else:
+            assert bounds is not None
+            low, high = _quantities("--range", list(bounds), param)
+            answer = search.bisect(low, high, tolerance)
+    except KeyboardInterrupt:
+        finished = finished_runs(target_dir / TASKS)
+        click.echo(
+            f"interrupted after {finished} finished runs; they are kept in "
+            f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
+            err=True,
+        )
+        sys.exit(130)
+    search.save(answer)
+    for ev in answer.evaluations:
+        verdict = "meets" if ev.meets else "fails"
+        click.echo(
+            f"{param}={param_text(param, ev.value)}: mean {ev.mean:.4g} "
+            f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
+        )
+    click.echo(answer.describe())
+    for path in plot_capacity(target_dir):
+        click.echo(f"wrote {path}")
+    click.echo(f"evidence in {target_dir}")
+
+
+def _quantities(option: str, texts: list[str], param: str) -> list[int | float]:
+    """Command-line numbers for `param` (a `_gb` key also takes 512MB, 2GiB, ...)."""
+    from sim.units import parse_quantity
+
+    numbers = []
+    for text in texts:
+        if not text.strip():
+            raise ScenarioError(
+                option, None, f"an empty value in {','.join(texts)!r} (give e.g. 1,2,4)"
+            )
+        try:
+            numbers.append(parse_quantity(text, param))
+        except ValueError as exc:
+            raise ScenarioError(option, None, str(exc)) from None
+    return numbers
