@@ -21,7 +21,7 @@ LAYERS = (
     ("sim.model", "sim.heal", "sim.workload", "sim.routing", "sim.deployment", "sim.sizes"),
     ("sim.scenario", "sim.sections", "sim.errors"),
     ("sim.engine",),
-    ("sim.runner", "sim.outputs"),
+    ("sim.runner", "sim.outputs", "sim.results.reading"),
     ("sim.sweep", "sim.capacity", "sim.variants", "sim.pool", "sim.calibrate", "sim.results"),
     ("sim.cli", "sim.__main__", "sim"),
 )

@@ -11,21 +11,14 @@ page has loaded, which lets a headless browser prove that every image decodes.
 
 from __future__ import annotations
 
-import base64
-import html
-import io
-import json
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import yaml
-from matplotlib.figure import Figure
 
-from sim.outputs.files import read_table, replace_file
+from sim.outputs.files import replace_file
 from sim.outputs.findings import (
     capacity_findings,
     compare_findings,
@@ -37,11 +30,24 @@ from sim.outputs.findings import (
     sweep_findings,
     sweep_metrics,
 )
+from sim.outputs.html import (
+    Section,
+    cell_with_interval,
+    details,
+    esc,
+    existing_png,
+    findings_section,
+    html_table,
+    page,
+    png_figure,
+    render_png,
+    section,
+    unit_header,
+)
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
 from sim.results.layout import (
     CAPACITY,
     COMPARISON,
-    CONFIG,
     EVALUATIONS,
     INSTANCES,
     META,
@@ -52,62 +58,10 @@ from sim.results.layout import (
     TIMESERIES,
     detect,
 )
+from sim.results.reading import read_config, read_csv, read_json, read_parquet
 from sim.spec import ScenarioError
 from sim.stats import confidence, parse_target
-from sim.units import cell, is_missing, metric_unit, number
-
-KIND_TITLES = {
-    "run": "run",
-    "compare": "comparison",
-    "sweep": "sweep",
-    "capacity": "capacity answer",
-}
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-DPI = 110
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
-STYLE = """
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1b1f24;
-  margin: 0 auto; padding: 1.5rem 2rem 4rem; max-width: 1180px; }
-h1 { font-size: 1.7rem; margin: 0 0 .2rem; }
-h2 { font-size: 1.25rem; margin: 2rem 0 .6rem; padding-bottom: .2rem;
-  border-bottom: 1px solid #d0d7de; }
-h3 { font-size: 1.05rem; margin: 1.2rem 0 .4rem; }
-.sub { color: #57606a; margin: 0 0 1rem; }
-nav a { margin-right: 1rem; }
-.findings li { margin: .3rem 0; }
-.comment { white-space: pre-wrap; background: #f6f8fa; border-left: 3px solid #8c959f;
-  padding: .5rem .8rem; margin: .5rem 0; font-size: .92rem; }
-details { margin: .6rem 0; }
-summary { cursor: pointer; color: #0969da; }
-pre { background: #f6f8fa; padding: .7rem; overflow: auto; max-height: 32rem; font-size: .85rem; }
-.scroll { overflow-x: auto; margin: .4rem 0 1rem; }
-table { border-collapse: collapse; font-size: .88rem; }
-th, td { border: 1px solid #d0d7de; padding: .25rem .55rem; vertical-align: top; }
-th { background: #f6f8fa; text-align: left; }
-tbody tr:nth-child(even) td { background: #fafbfc; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.key { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: .84rem; }
-td .ci { display: block; color: #57606a; font-size: .78rem; }
-figure { margin: 1rem 0 1.8rem; }
-figure img { display: block; max-width: 100%; height: auto; border: 1px solid #d0d7de; }
-figcaption { color: #57606a; font-size: .9rem; margin-top: .3rem; }
-"""
-SCRIPT = """
-window.addEventListener("load", function () {
-  for (const img of document.images) {
-    img.setAttribute("data-decoded", String(img.naturalWidth));
-  }
-  document.body.setAttribute("data-report-loaded", "true");
-});
-"""
-
-
-class Raw(str):
-    """HTML that is already safe (built here from escaped parts), not to be escaped again."""
-
-
-def esc(text: Any) -> str:
-    return text if isinstance(text, Raw) else html.escape(str(text))
+from sim.units import cell, metric_unit, number
 
 
 def write_report(directory: Path, out: Path | None = None) -> Path:
@@ -135,43 +89,6 @@ def build_report(directory: Path) -> str:
     return BUILDERS[kind](directory)
 
 
-# --- reading --------------------------------------------------------------------------------------
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
-
-
-def _csv(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
-
-
-def _parquet(path: Path) -> pd.DataFrame:
-    try:
-        return read_table(path)
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
-
-
-def _config(run_dir: Path) -> tuple[str | None, dict[str, Any]]:
-    """A run directory's resolved configuration: its text and the parsed mapping."""
-    path = run_dir / CONFIG
-    if not path.is_file():
-        return None, {}
-    text = path.read_text(encoding="utf-8")
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
-    return text, doc if isinstance(doc, dict) else {}
-
-
 def header_comment(text: str | None) -> str:
     """The comment lines a YAML file opens with (a scenario's statement of what it models)."""
     lines = []
@@ -180,127 +97,6 @@ def header_comment(text: str | None) -> str:
             break
         lines.append(line[1:].removeprefix(" "))
     return "\n".join(lines).strip()
-
-
-def _existing_png(directory: Path, stem: str) -> bytes | None:
-    """The directory's own `<stem>.png`, if it is one (what `hicache-sim plot` drew)."""
-    path = directory / f"{stem}.png"
-    if path.is_file():
-        data = path.read_bytes()
-        if data.startswith(PNG_MAGIC):
-            return data
-    return None
-
-
-def _render(figure: Figure) -> bytes:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=DPI)
-    return buffer.getvalue()
-
-
-# --- HTML pieces ----------------------------------------------------------------------------------
-
-
-def _breakable(text: str) -> Raw:
-    """A dotted or snake_case name that may wrap after its separators in a narrow column."""
-    escaped = esc(text)
-    return Raw(escaped.replace("_", "_<wbr>").replace(".", ".<wbr>"))
-
-
-def _table(
-    table_id: str,
-    header: Sequence[str],
-    rows: Iterable[Sequence[Any]],
-    numeric: range = range(0),
-) -> str:
-    """A table in a horizontally scrolling box: the first column names the row, the columns in
-    `numeric` are right-aligned numbers."""
-    head = "".join(f"<th>{_breakable(h)}</th>" for h in header)
-    body = []
-    for row in rows:
-        cells = []
-        for i, value in enumerate(row):
-            cls = "key" if i == 0 else ("num" if i in numeric else "")
-            attr = f' class="{cls}"' if cls else ""
-            cells.append(f"<td{attr}>{esc(value)}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    return (
-        f'<div class="scroll"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></div>"
-    )
-
-
-def _figure(png: bytes, caption: str) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    return (
-        f'<figure><img src="data:image/png;base64,{data}" alt="{esc(caption)}">'
-        f"<figcaption>{esc(caption)}</figcaption></figure>"
-    )
-
-
-def _details(summary: str, text: str) -> str:
-    return f"<details><summary>{esc(summary)}</summary><pre>{esc(text)}</pre></details>"
-
-
-@dataclass(frozen=True)
-class Section:
-    id: str
-    title: str
-    body: str
-
-    def html(self) -> str:
-        return f'<section id="{self.id}"><h2>{esc(self.title)}</h2>{self.body}</section>'
-
-
-def _section(section_id: str, title: str, *parts: str) -> Section:
-    return Section(section_id, title, "".join(parts))
-
-
-def _list(sentences: Sequence[str]) -> str:
-    return "<ul>" + "".join(f"<li>{esc(s)}</li>" for s in sentences) + "</ul>"
-
-
-def _findings(
-    sentences: Sequence[str], groups: Mapping[str, Sequence[str]] | None = None
-) -> Section:
-    parts = [_list(sentences)]
-    for name, group in (groups or {}).items():
-        parts.append(f"<h3>{esc(name)}</h3>{_list(group)}")
-    return _section("findings", "Findings", f'<div class="findings">{"".join(parts)}</div>')
-
-
-def _cell_with_interval(key: str, row: Mapping[Any, Any]) -> Raw:
-    """The mean, and below it the half-width of its (symmetric) 95 % interval; the interval's
-    ends are in the cell's tooltip."""
-    mean = esc(cell(key, row["mean"]))
-    if int(row.get("n") or 0) < 2 or is_missing(row.get("ci_high")):
-        return Raw(mean)
-    half = cell(key, (row["ci_high"] - row["ci_low"]) / 2)
-    ends = f"95 % CI [{cell(key, row['ci_low'])}, {cell(key, row['ci_high'])}]"
-    return Raw(f'<span title="{esc(ends)}">{mean}<span class="ci">± {esc(half)}</span></span>')
-
-
-def _unit_header(key: str) -> str:
-    unit = metric_unit(key)
-    return key if unit == "count" else f"{key} ({unit})"
-
-
-def _page(name: str, kind: str, directory: Path, sections: Sequence[Section | None]) -> str:
-    title = f"{name}: {KIND_TITLES[kind]} report"
-    shown = [s for s in sections if s is not None]
-    links = "".join(f'<a href="#{s.id}">{esc(s.title)}</a>' for s in shown)
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><style>{STYLE}</style></head>\n<body>"
-        f"<header><h1>{esc(name)}</h1>"
-        f'<p class="sub">{esc(KIND_TITLES[kind].capitalize())} report of {esc(directory.name)}'
-        f" (hicache-sim)</p><nav>{links}</nav></header>\n"
-        + "\n".join(s.html() for s in shown)
-        + f"\n<script>{SCRIPT}</script></body></html>\n"
-    )
 
 
 def _scenario(
@@ -315,8 +111,8 @@ def _scenario(
         parts.append(f'<div class="comment">{esc(comment)}</div>')
     parts += extra
     if config_text:
-        parts.append(_details(config_label, config_text))
-    return _section("scenario", "Scenario", *parts)
+        parts.append(details(config_label, config_text))
+    return section("scenario", "Scenario", *parts)
 
 
 def _provenance(meta: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()) -> Section | None:
@@ -338,43 +134,43 @@ def _provenance(meta: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()) 
     if not rows:
         return None
     body = [(k, number(v) if isinstance(v, int | float) else str(v)) for k, v in rows]
-    return _section("provenance", "Provenance", _table("provenance", ["item", "value"], body))
+    return section("provenance", "Provenance", html_table("provenance", ["item", "value"], body))
 
 
 # --- the four kinds -------------------------------------------------------------------------------
 
 
 def _run_page(directory: Path) -> str:
-    summary = _json(directory / SUMMARY)
-    config_text, config = _config(directory)
-    meta = _json(directory / META) if (directory / META).is_file() else {}
+    summary = read_json(directory / SUMMARY)
+    config_text, config = read_config(directory)
+    meta = read_json(directory / META) if (directory / META).is_file() else {}
     name = str(config.get("name", directory.name))
     instances = _instances(directory, summary, config)
     plots = None
     if (directory / TIMESERIES).is_file():
-        png = _existing_png(directory, "timeseries") or _render(run_figure(directory))
+        png = existing_png(directory, "timeseries") or render_png(run_figure(directory))
         caption = "Time series: cumulative discards, existence cache, device and storage occupancy"
         if instances is not None:
             caption = (
                 "Time series per instance: cumulative discards, existence cache, host and device "
                 "occupancy; the shared storage occupancy"
             )
-        plots = _section("plots", "Plots", _figure(png, caption))
+        plots = section("plots", "Plots", png_figure(png, caption))
     rows = [[key, cell(key, value), metric_unit(key)] for key, value in summary.items()]
-    return _page(
+    return page(
         name,
         "run",
         directory,
         [
             _scenario(name, config_text),
-            _findings(run_findings(summary)),
+            findings_section(run_findings(summary)),
             plots,
             instances,
-            _section(
+            section(
                 "summary",
                 "Summary",
                 "<p>Every key of summary.json (warm-up excluded; docs/metrics.md).</p>",
-                _table("summary", ["key", "value", "unit"], rows, range(1, 2)),
+                html_table("summary", ["key", "value", "unit"], rows, range(1, 2)),
             ),
             _provenance(meta),
         ],
@@ -419,7 +215,7 @@ def _instances(
     path = directory / INSTANCES
     if not path.is_file():
         return None
-    table = _parquet(path)
+    table = read_parquet(path)
     if len(table) <= 1 or "instance" not in table.columns:
         return None
     cluster = config.get("cluster")
@@ -429,21 +225,21 @@ def _instances(
     keys = [key for key in CLUSTER_KEYS if key in summary]
     cluster_rows = [[key, cell(key, summary[key]), metric_unit(key)] for key in keys]
     columns = [c for c in INSTANCE_COLUMNS if c in table.columns]
-    header = ["instance", *(c if metric_unit(c) == c else _unit_header(c) for c in columns)]
+    header = ["instance", *(c if metric_unit(c) == c else unit_header(c) for c in columns)]
     rows = [
         [number(r["instance"]), *(cell(c, r[c]) for c in columns)]
         for r in table.sort_values("instance").to_dict("records")
     ]
-    return _section(
+    return section(
         "instances",
         "Instances",
         f"<p>{len(table):,} servers{behind} share one storage backend. The cluster's "
         "keys (of summary.json, over all servers):</p>",
-        _table("cluster", ["key", "value", "unit"], cluster_rows, range(1, 2)),
+        html_table("cluster", ["key", "value", "unit"], cluster_rows, range(1, 2)),
         "<h3>Per instance (instances.parquet)</h3>",
         "<p>Each server's summary keys computed on its own rows (warm-up excluded); "
         "instances.parquet has every key but the storage counters.</p>",
-        _table("instances", header, rows, range(0, len(header))),
+        html_table("instances", header, rows, range(0, len(header))),
     )
 
 
@@ -457,7 +253,7 @@ def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _compare_page(directory: Path) -> str:
-    table = _csv(directory / COMPARISON)
+    table = read_csv(directory / COMPARISON)
     if table.empty:
         raise ScenarioError(str(directory / COMPARISON), None, "has no variant")
     column = str(table.columns[0])
@@ -467,7 +263,7 @@ def _compare_page(directory: Path) -> str:
         for v in variants
         if Path(v).name == v and (directory / v / SUMMARY).is_file()
     }
-    configs = {v: _config(run_dir) for v, run_dir in runs.items()}
+    configs = {v: read_config(run_dir) for v, run_dir in runs.items()}
     first_text, first = next(iter(configs.values()), (None, {}))
     name = str(first.get("name", directory.name))
     flat = [_flatten(doc) for _, doc in configs.values()]
@@ -479,41 +275,43 @@ def _compare_page(directory: Path) -> str:
             f"<code>{esc(', '.join(differing))}</code>; below is the first one's "
             "configuration.</p>"
         )
-    png = _existing_png(directory, "comparison") or _render(comparison_figure(directory))
-    figures = [_figure(png, "Key metrics per variant, and cumulative discards over time")]
+    png = existing_png(directory, "comparison") or render_png(comparison_figure(directory))
+    figures = [png_figure(png, "Key metrics per variant, and cumulative discards over time")]
     for variant, run_dir in runs.items():
         if (run_dir / TIMESERIES).is_file():
-            png = _existing_png(run_dir, "timeseries") or _render(run_figure(run_dir))
-            figures.append(_figure(png, f"{column}={variant}: time series"))
+            png = existing_png(run_dir, "timeseries") or render_png(run_figure(run_dir))
+            figures.append(png_figure(png, f"{column}={variant}: time series"))
     per_variant = {
-        f"{column}={v}": run_findings(_json(run_dir / SUMMARY)) for v, run_dir in runs.items()
+        f"{column}={v}": run_findings(read_json(run_dir / SUMMARY)) for v, run_dir in runs.items()
     }
     records = table.to_dict("records")
     keys = [str(c) for c in table.columns if c != column]
     rows = [[key, *(cell(key, r[key]) for r in records), metric_unit(key)] for key in keys]
     meta_path = directory / variants[0] / META
-    return _page(
+    return page(
         name,
         "compare",
         directory,
         [
             _scenario(name, first_text, extra=extra),
-            _findings(compare_findings(table, column), per_variant),
-            _section("plots", "Plots", *figures),
-            _section(
+            findings_section(compare_findings(table, column), per_variant),
+            section("plots", "Plots", *figures),
+            section(
                 "summary",
                 "Summary",
                 f"<p>comparison.csv: every summary key, one column per {esc(column)}.</p>",
-                _table("summary", ["key", *variants, "unit"], rows, range(1, 1 + len(variants))),
+                html_table(
+                    "summary", ["key", *variants, "unit"], rows, range(1, len(variants) + 1)
+                ),
             ),
-            _provenance(_json(meta_path) if meta_path.is_file() else {}),
+            _provenance(read_json(meta_path) if meta_path.is_file() else {}),
         ],
     )
 
 
 def _sweep_page(directory: Path) -> str:
-    meta = _json(directory / SWEEP_META)
-    points = _csv(directory / POINTS)
+    meta = read_json(directory / SWEEP_META)
+    points = read_csv(directory / POINTS)
     grid: dict[str, list[Any]] = meta.get("grid") or {}
     name = str(meta.get("scenario", directory.name))
     keys = list(grid)
@@ -528,12 +326,12 @@ def _sweep_page(directory: Path) -> str:
             [
                 int(head["point"]),
                 *(setting(head[k]) for k in keys),
-                *(_cell_with_interval(m, by_metric[m]) if m in by_metric else "–" for m in metrics),
+                *(cell_with_interval(m, by_metric[m]) if m in by_metric else "–" for m in metrics),
             ]
         )
-    header = ["point", *map(short, keys), *map(_unit_header, metrics)]
+    header = ["point", *map(short, keys), *map(unit_header, metrics)]
     figures = [
-        _figure(_existing_png(directory, stem) or _render(figure), _sweep_caption(stem))
+        png_figure(existing_png(directory, stem) or render_png(figure), _sweep_caption(stem))
         for stem, figure in sweep_figures(directory).items()
     ]
     failed = len(meta.get("failed") or [])
@@ -543,7 +341,7 @@ def _sweep_page(directory: Path) -> str:
         ("runs", f"{runs}, {failed} failed)"),
         ("target", meta.get("target") or "none"),
     ]
-    return _page(
+    return page(
         name,
         "sweep",
         directory,
@@ -552,16 +350,16 @@ def _sweep_page(directory: Path) -> str:
                 name,
                 yaml.safe_dump(meta, sort_keys=False),
                 "Sweep provenance (sweep.json)",
-                ["<h3>Grid</h3>", _table("grid", ["key", "values"], grid_rows)],
+                ["<h3>Grid</h3>", html_table("grid", ["key", "values"], grid_rows)],
             ),
-            _findings(sweep_findings(points, grid, meta)),
-            _section("plots", "Plots", *figures) if figures else None,
-            _section(
+            findings_section(sweep_findings(points, grid, meta)),
+            section("plots", "Plots", *figures) if figures else None,
+            section(
                 "summary",
                 "Summary",
                 "<p>Mean over seeds per grid point, ± the half-width of its 95 % Student-t "
                 "interval (hover for the ends; points.csv has every metric).</p>",
-                _table("summary", header, rows, range(1 + len(keys), len(header))),
+                html_table("summary", header, rows, range(1 + len(keys), len(header))),
             ),
             _provenance(meta, provenance),
         ],
@@ -577,8 +375,8 @@ def _sweep_caption(stem: str) -> str:
 
 
 def _capacity_page(directory: Path) -> str:
-    answer = _json(directory / CAPACITY)
-    evaluations = _csv(directory / EVALUATIONS)
+    answer = read_json(directory / CAPACITY)
+    evaluations = read_csv(directory / EVALUATIONS)
     for key in ("param", "target"):
         if key not in answer:
             raise ScenarioError(str(directory / CAPACITY), key, "missing")
@@ -610,18 +408,18 @@ def _capacity_page(directory: Path) -> str:
     eval_header = [param, "seeds", f"{metric} mean{suffix}", "CI low", "CI high", "verdict"]
     summary = [
         f"<h3>Evaluations of {esc(param)}</h3>",
-        _table("evaluations", [*eval_header, "failed runs"], eval_rows, range(0, 7)),
+        html_table("evaluations", [*eval_header, "failed runs"], eval_rows, range(0, 7)),
     ]
     at_answer = _at_answer(directory, param, found)
     if at_answer:
         summary += [
             f"<h3>At the answer, {esc(param)} = {esc(param_value(found))}</h3>",
             "<p>Mean over its seeds with the 95 % interval (from the runs in tasks/).</p>",
-            _table("at-answer", ["key", "mean (95 % CI)", "unit"], at_answer, range(1, 2)),
+            html_table("at-answer", ["key", "mean (95 % CI)", "unit"], at_answer, range(1, 2)),
         ]
-    png = _existing_png(directory, "capacity") or _render(capacity_figure(directory))
+    png = existing_png(directory, "capacity") or render_png(capacity_figure(directory))
     caption = f"{metric} at each evaluated {param}: mean and 95 % interval against the target"
-    return _page(
+    return page(
         name,
         "capacity",
         directory,
@@ -630,11 +428,11 @@ def _capacity_page(directory: Path) -> str:
                 name,
                 yaml.safe_dump(answer, sort_keys=False),
                 "Capacity answer (capacity.json)",
-                ["<h3>Search</h3>", _table("search", ["item", "value"], search_rows)],
+                ["<h3>Search</h3>", html_table("search", ["item", "value"], search_rows)],
             ),
-            _findings(capacity_findings(answer, evaluations)),
-            _section("plots", "Plots", _figure(png, caption)),
-            _section("summary", "Summary", *summary),
+            findings_section(capacity_findings(answer, evaluations)),
+            section("plots", "Plots", png_figure(png, caption)),
+            section("summary", "Summary", *summary),
         ],
     )
 
@@ -645,7 +443,7 @@ def _at_answer(directory: Path, param: str, value: Any) -> list[list[Any]]:
         return []
     summaries = []
     for path in sorted((directory / TASKS).glob("*.json")):
-        record = _json(path)
+        record = read_json(path)
         if record.get("summary") and record.get("values", {}).get(param) == value:
             summaries.append(record["summary"])
     if not summaries:
