@@ -6,8 +6,9 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from sim.model.components import AuxDevice
 from sim.model.pools import KV, POOL_KINDS, Pool, Residency
-from sim.model.radix import AuxDevice, Node, RadixTree
+from sim.model.radix import Node, RadixTree
 from sim.model.storage import Storage, StoragePool
 
 

@@ -16,12 +16,13 @@ import numpy as np
 
 from sim.heal import RULES, DiscardView
 from sim.model.backup import StagedWrite, WritePath
+from sim.model.components import AuxDevice
 from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
 from sim.model.pools import EVICTION_STREAM, KV, POOL_KINDS, WORKLOAD_STREAM, Pool, Residency
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
-from sim.model.radix import AuxDevice, RadixTree
+from sim.model.radix import RadixTree
 from sim.model.storage import Storage, StoragePool
 from sim.units import GB
 

@@ -67,3 +67,31 @@ class Resource:
 
     def __repr__(self) -> str:
         return f"Resource({self.name}, {self.used}+{self.reserved}/{self.capacity})"
+
+
+# ---------------------------------------------------------------- eviction candidates
+
+
+def kv_evictable(node: Node) -> bool:
+    """An unlocked device leaf: no child of it is on the device.
+
+    A plain loop: it runs on every heap push and pop, and a generator costs more than the
+    few children it looks at.
+    """
+    if not (node.alive and node.on_device and node.lock_ref == 0):
+        return False
+    for child in node.children.values():  # noqa: SIM110
+        if child.on_device:
+            return False
+    return True
+
+
+def aux_evictable(name: str) -> Callable[[Node], bool]:
+    def evictable(node: Node) -> bool:
+        return node.alive and node.on_device and node.lock_ref == 0 and name in node.resident_aux
+
+    return evictable
+
+
+def host_evictable(node: Node) -> bool:
+    return node.alive and node.on_host and not node.on_device and not node.children

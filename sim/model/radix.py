@@ -1,22 +1,10 @@
 """The radix tree of cached prefixes: matching, insertion, splits, locks and recency.
 
 What each node holds on the device is accounted in `sim.model.device` (one `Resource` per KV,
-aux pool and host cache); this module decides which resources a tree operation takes or
-frees, and where a prefix can resume on the device.
-
-An aux pool's state in a node is either **whole** (values for every page, as KV: SWA under
-`whole_node` retention) or a set of **resume points** (absolute page indices inside the node
-where the pool holds what resuming there needs: an SWA window before the point, a Mamba state
-at it). A match may end only at a point every aux pool allows; whole pools allow any page of a
-resident node. Which points an insert keeps follows SGLang:
-
-- `whole_node` retention (the model before out-of-window freeing): per-page pools take every
-  page of a node brought to the device; end-state pools keep a state at the insert's end; a
-  split leaves the upper half without one (the "aux hole at the cut").
-- `window` retention (SGLang today: out-of-window SWA freeing, branching-point caching): a node
-  is born without SWA values; an insert keeps a window before its end, before the point where
-  the request left the tree (a branch point) when it computed through it, and at each aux
-  checkpoint it computed; every other value the request computed is freed.
+aux pool and host cache), and how each aux pool is held — for whole nodes or at resume points —
+in `sim.model.components`; this module decides which resources a tree operation takes or frees,
+and where a prefix can resume on the device: a match may end only at a point every aux pool
+allows (whole pools allow any page of a resident node).
 """
 
 from __future__ import annotations
@@ -25,26 +13,20 @@ import heapq
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
-from sim.model.device import Resource
-from sim.model.node import Node, Points
+from sim.model.components import (
+    DEVICE_EVICTED_KEY,
+    AuxComponent,
+    AuxDevice,
+    device_component,
+    device_dropped_key,
+    device_freed_key,
+)
+from sim.model.device import Resource, aux_evictable, host_evictable, kv_evictable
+from sim.model.node import Node
 from sim.model.pools import KV, Residency
 
 __all__ = ["AuxDevice", "Match", "Node", "RadixTree"]
-
-
-class AuxDevice(NamedTuple):
-    """An aux pool as the device holds it."""
-
-    residency: Residency
-    capacity: int
-    """Device units: pages (per-page values) or slots (end states)."""
-    window_pages: int | None = None
-    """Pages of values a per-page pool needs before a resume point (SWA's window); None: every
-    page, so such a pool is always held for whole nodes."""
-    checkpoint_pages: int | None = None
-    """Aux checkpoints: the device also keeps the pool's state at every multiple it computes."""
 
 
 @dataclass(frozen=True)
@@ -58,19 +40,6 @@ class Match:
     device_kv_pages: int = 0
     """How far the chain's KV is on the device; beyond `device_pages` it is backed off
     (recomputed) because some aux pool holds nothing to resume there."""
-
-
-DEVICE_EVICTED_KEY = "device_evicted_pages"
-
-
-def device_dropped_key(pool: str, residency: Residency) -> str:
-    """The summary key counting what the device dropped of an aux pool, in its own unit."""
-    return f"device_{pool}_dropped_{residency.unit}"
-
-
-def device_freed_key(pool: str) -> str:
-    """The summary key counting the per-page values of a windowed pool freed out of window."""
-    return f"device_{pool}_freed_out_of_window_pages"
 
 
 class RadixTree:
@@ -95,46 +64,28 @@ class RadixTree:
         self.nodes = 0
         self.device_evicted_pages = 0
         self.window_retention = window_retention
-        self.kv = Resource(KV, kv_pages, _kv_evictable, self._evict_device)
+        self.kv = Resource(KV, kv_pages, kv_evictable, self._evict_device)
         self.aux = {
-            name: Resource(name, pool.capacity, _aux_evictable(name), self._tombstoner(name))
+            name: Resource(name, pool.capacity, aux_evictable(name), self._tombstoner(name))
             for name, pool in pools.items()
         }
-        self.residency = {name: pool.residency for name, pool in pools.items()}
-        self.whole = tuple(
-            name
-            for name, pool in pools.items()
-            if pool.residency is Residency.PAGE_VALUES
-            and (pool.window_pages is None or not window_retention)
-        )
+        self.components: dict[str, AuxComponent] = {
+            name: device_component(pool, window_retention) for name, pool in pools.items()
+        }
+        """How the device holds each aux pool (`sim.model.components`)."""
+        self.whole = tuple(name for name, c in self.components.items() if c.whole)
         """Pools held for every page of a node."""
-        self.end_states = tuple(
-            name for name, pool in pools.items() if pool.residency is Residency.END_STATE
-        )
+        self.end_states = tuple(name for name, c in self.components.items() if c.working_slot)
         """Pools a running request holds a working slot of."""
         self.pointed = tuple(name for name in pools if name not in self.whole)
         """Pools held at resume points."""
-        self.window = {
-            name: pool.window_pages
-            for name, pool in pools.items()
-            if pool.residency is Residency.PAGE_VALUES and pool.window_pages is not None
-        }
+        self.window = {n: c.window_pages for n, c in self.components.items() if c.window_pages}
         """Per-page pools with a window, and the pages a resume point holds before it."""
         self.checkpoints = {
-            name: pool.checkpoint_pages
-            for name, pool in pools.items()
-            if name in self.pointed and pool.checkpoint_pages
+            name: c.checkpoint_pages for name, c in self.components.items() if c.checkpoint_pages
         }
-        self.grid = max(
-            (
-                pool.checkpoint_pages or 1
-                for name, pool in pools.items()
-                if name in self.pointed and pool.residency is Residency.END_STATE
-            ),
-            default=1,
-        )
-        """Where an end state can be taken: a branch point is aligned down to it (SGLang
-        tracks Mamba states on its checkpoint grid)."""
+        self.grid = max((self.components[name].grid for name in self.pointed), default=1)
+        """Where a branch point keeps its states: the coarsest grid of the pointed pools."""
         self.tombstoned = dict.fromkeys(pools, 0)
         """Units of each aux pool freed under that pool's own pressure while the node's KV
         stayed (SWA: tombstoned pages; Mamba: evicted states)."""
@@ -144,7 +95,7 @@ class RadixTree:
         self.host = (
             None
             if host_cache_pages is None
-            else Resource("host", host_cache_pages, _host_evictable, self._evict_host)
+            else Resource("host", host_cache_pages, host_evictable, self._evict_host)
         )
         resources = [self.kv, *self.aux.values(), *([self.host] if self.host else [])]
         self._pushed = [(r.heap, r.evictable, r) for r in resources]
@@ -161,7 +112,7 @@ class RadixTree:
         return {
             DEVICE_EVICTED_KEY: self.device_evicted_pages,
             **{
-                device_dropped_key(name, self.residency[name]): count
+                device_dropped_key(name, self.components[name].spec.residency): count
                 for name, count in self.tombstoned.items()
             },
             **{device_freed_key(name): count for name, count in self.freed_out_of_window.items()},
@@ -306,8 +257,8 @@ class RadixTree:
                 owner = self._node_at(end, branch)
                 for name in self.pointed:
                     kept[name] = kept.get(name, 0) + self._hold(owner, name, branch)
-        for name in self.window:
-            if name in self.pointed:
+        for name, component in self.components.items():
+            if component.frees_out_of_window:
                 self.freed_out_of_window[name] += max(0, end.end - computed_from - kept[name])
 
     def _node_at(self, node: Node, point: int) -> Node:
@@ -322,13 +273,14 @@ class RadixTree:
         if held is None or point in held:
             return 0
         resource = self.aux[name]
-        units = self._point_units(name, held, point)
+        component = self.components[name]
+        units = component.point_units(held, point)
         while True:
             if not resource.make_room(units):
                 return 0
             # Making room may have tombstoned this very node: its points are gone and the
             # window no longer overlaps one of them.
-            again = self._point_units(name, node.resident_aux.get(name) or {}, point)
+            again = component.point_units(node.resident_aux.get(name) or {}, point)
             if again <= units:
                 break
             units = again
@@ -337,31 +289,9 @@ class RadixTree:
             points = node.resident_aux[name] = {}
         points[point] = units
         resource.used += units
-        return units - self._shrink_next(points, name, point)
-
-    def _point_units(self, name: str, held: Points, point: int) -> int:
-        """Device units a new point holds: a state slot, or the window's pages not already held
-        by a nearer point below it in the node."""
-        if name not in self.window:
-            return 1
-        units = min(self.window[name], point)
-        for gap in range(1, units):
-            if point - gap in held:
-                return gap
-        return units
-
-    def _shrink_next(self, points: Points, name: str, point: int) -> int:
-        """A window added below a held one overlaps it: the upper point now counts only the
-        pages past the new one. Returns the units freed."""
-        for gap in range(1, self.window.get(name, 1)):
-            units = points.get(point + gap)
-            if units is not None:
-                if units <= gap:
-                    return 0
-                points[point + gap] = gap
-                self.aux[name].used -= units - gap
-                return units - gap
-        return 0
+        freed = component.shrink_next(points, point)
+        resource.used -= freed
+        return units - freed
 
     def _new_leaf(self, parent: Node, pages: list[int], start: int, backed_up: bool) -> Node:
         node = Node(next(self._ids), pages, parent, start)
@@ -558,31 +488,6 @@ class RadixTree:
             out.append(node)
             stack.extend(node.children.values())
         return out
-
-
-def _kv_evictable(node: Node) -> bool:
-    """An unlocked device leaf: no child of it is on the device.
-
-    A plain loop: it runs on every heap push and pop, and a generator costs more than the
-    few children it looks at.
-    """
-    if not (node.alive and node.on_device and node.lock_ref == 0):
-        return False
-    for child in node.children.values():  # noqa: SIM110
-        if child.on_device:
-            return False
-    return True
-
-
-def _aux_evictable(name: str) -> Callable[[Node], bool]:
-    def evictable(node: Node) -> bool:
-        return node.alive and node.on_device and node.lock_ref == 0 and name in node.resident_aux
-
-    return evictable
-
-
-def _host_evictable(node: Node) -> bool:
-    return node.alive and node.on_host and not node.on_device and not node.children
 
 
 def _common_prefix(node_pages: list[int], pages: Sequence[int], pos: int) -> int:

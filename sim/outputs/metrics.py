@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.model.components import DEVICE_EVICTED_KEY, device_dropped_key, device_freed_key
 from sim.model.loops import Loop
 from sim.model.pools import KV, POOL_KINDS, PoolKind, Residency
 from sim.model.prefetch import Outcome
-from sim.model.radix import DEVICE_EVICTED_KEY, device_dropped_key, device_freed_key
 from sim.model.storage import STORAGE_COUNTERS
 
 SUMMARY_KEYS = (
