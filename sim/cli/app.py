@@ -7,6 +7,7 @@ nothing is written); 1 anything else.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import pandas as pd
 import yaml
 
+from sim.outputs.files import UnreadableTable
 from sim.results.directories import check_path
 from sim.scenario import (
     Scenario,
@@ -120,28 +123,32 @@ def cli(debug: bool) -> None:
 
 @contextmanager
 def reading(directory: Path) -> Iterator[None]:
-    """A result directory this tool did not write as it is (junk Parquet, a configuration that
-    is not a mapping or carries a Python tag, a malformed sweep.json) is bad input, exit 2."""
+    """A result directory this tool did not write as it is is bad input, exit 2: a file that is
+    missing or is a folder, or that its parser refuses (junk JSON, CSV, Parquet or YAML). What
+    the readers find wrong inside a parsed file they say themselves (ScenarioError). Any other
+    exception is a bug of ours, exit 1."""
     try:
         yield
     except ScenarioError:
         raise
-    except (*_UNREADABLE, yaml.YAMLError) as exc:
+    except UNREADABLE as exc:
         raise ScenarioError(
             str(directory), None, f"not a readable result directory ({type(exc).__name__}: {exc})"
         ) from None
 
 
-_UNREADABLE = (
+UNREADABLE = (
     FileNotFoundError,
     NotADirectoryError,
     IsADirectoryError,
-    ValueError,
-    KeyError,
-    TypeError,
-    AttributeError,
-    IndexError,
+    UnicodeDecodeError,
+    json.JSONDecodeError,
+    yaml.YAMLError,
+    UnreadableTable,
+    pd.errors.ParserError,
+    pd.errors.EmptyDataError,
 )
+"""What a parser raises for a file that is not what its name says."""
 
 
 def _terminate(signum: int, frame: object) -> None:

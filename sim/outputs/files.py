@@ -38,14 +38,14 @@ class UnreadableTable(ValueError):
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A result directory's Parquet table. pyarrow answers some files that are not Parquet
-    (the magic bytes around no footer) with a bare OSError; that is bad input, like the
-    ValueError it raises for others, while a missing file or a folder stays what it is."""
+    """A result directory's Parquet table. pyarrow answers a file that is not Parquet with an
+    OSError (the magic bytes around no footer) or a ValueError (ArrowInvalid); either is
+    UnreadableTable, while a missing file or a folder stays what it is."""
     try:
         return pd.read_parquet(path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
         raise
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise UnreadableTable(
             f"{path.name}: not a readable Parquet file ({str(exc).strip()})"
         ) from None

@@ -8,7 +8,6 @@ report renders the same figures in memory without writing into the result direct
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,19 +21,22 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from sim.outputs.files import read_table, replace_file
+from sim.outputs.files import replace_file
 from sim.results.layout import (
-    CAPACITY,
     COMPARISON,
     CONFIG,
-    EVALUATIONS,
-    POINTS,
-    SWEEP_META,
-    TASKS,
     TIMESERIES,
-    VARIANTS,
     Kind,
     detect,
+)
+from sim.results.reading import (
+    read_capacity,
+    read_compare,
+    read_config,
+    read_sweep,
+    read_timeseries,
+    task_records,
+    with_columns,
 )
 from sim.stats import parse_target
 from sim.units import param_text, param_unit
@@ -65,16 +67,11 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     when there is one (a label such as `null` or `0.10` does not survive a CSV round trip);
     older compare directories name each run directory after its heal rule.
     """
-    table = pd.read_csv(directory / COMPARISON)
-    label = label or str(table.columns[0])
-    listing = directory / VARIANTS
-    if listing.exists():
-        variants = json.loads(listing.read_text())["variants"]
-        labels = [str(v["label"]) for v in variants]
-        run_dirs = [directory / v["dir"] for v in variants]
-    else:
-        labels = [str(x) for x in table[label]]
-        run_dirs = [directory / x for x in labels]
+    compared = read_compare(directory, label)
+    panels = [key for key, _ in COMPARE_PANELS]
+    table = with_columns(compared.table, directory / COMPARISON, panels, panels)
+    label = compared.column
+    labels, run_dirs = compared.labels, compared.run_dirs
     fig = Figure(figsize=(16, 7), layout="constrained")
     axes = fig.subplots(2, 4)
     flat = axes.ravel()
@@ -96,7 +93,7 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     for i, (color, name, run_dir) in enumerate(zip(colors, labels, run_dirs, strict=True)):
         ts_path = run_dir / TIMESERIES
         if ts_path.exists():
-            ts = cluster_total(read_table(ts_path), "discards")
+            ts = cluster_total(read_timeseries(ts_path), "discards")
             same = next(
                 (first for values, first in drawn if np.array_equal(values, ts["discards"])), None
             )
@@ -132,10 +129,8 @@ def run_figure(directory: Path) -> Figure:
     """A run's time series: discards, beliefs, device and storage occupancy, each occupancy
     against its capacity (dashed, same colour) where the configuration bounds it. A cluster's
     per-server series are drawn per instance (`cluster_run_figure`)."""
-    ts = read_table(directory / TIMESERIES)
-    config_path = directory / CONFIG
-    config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
-    config = config if isinstance(config, dict) else {}
+    ts = read_timeseries(directory / TIMESERIES)
+    _, config = read_config(directory)
     if len(instances_of(ts)) > 1:
         return cluster_run_figure(directory, ts, config)
     storage_cols = [c for c in ts.columns if c.startswith("storage_")]
@@ -291,10 +286,11 @@ def plot_capacity(directory: Path) -> list[Path]:
 def capacity_figure(directory: Path) -> Figure:
     """A capacity search's evaluations: the metric's mean with its 95 % interval at every value
     tried, the target's bound, and the answer (the smallest value whose interval clears it)."""
-    meta = json.loads((directory / CAPACITY).read_text())
-    evals = pd.read_csv(directory / EVALUATIONS).sort_values("value")
-    metric, op, bound = parse_target(meta["target"])
-    param, answer = meta["param"], meta["answer"]
+    search = read_capacity(directory)
+    meta = search.answer
+    evals = search.evaluations.sort_values("value")
+    metric, op, bound = parse_target(search.target)
+    param, answer = search.param, meta.get("answer")
     fig = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = fig.subplots()
     ax.plot(evals["value"], evals["mean"], color="0.7", linewidth=0.8, zorder=0)
@@ -323,10 +319,11 @@ def capacity_figure(directory: Path) -> Figure:
     _scale_x(ax, evals["value"].astype(float).tolist())
     unit = param_unit(param)
     ax.set_xlabel(f"{param} ({unit})" if unit else param)
-    ax.set_ylabel(f"{metric} (mean, 95 % CI over {meta['seeds']} seeds)")
+    ax.set_ylabel(f"{metric} (mean, 95 % CI over {meta.get('seeds')} seeds)")
     found = "no value meets it" if answer is None else f"answer {param_text(param, answer)}"
     ax.set_title(
-        f"{meta['scenario']}: smallest {param.split('.')[-1]} with {meta['target']}; {found}",
+        f"{meta.get('scenario', directory.name)}: smallest {param.split('.')[-1]} "
+        f"with {search.target}; {found}",
         fontsize=9,
     )
     ax.legend(fontsize=8)
@@ -382,12 +379,11 @@ def plot_sweep(directory: Path, target: str | None = None) -> list[Path]:
 def sweep_figures(directory: Path, target: str | None = None) -> dict[str, Figure]:
     """Heal-rate curves with 95 % bands, loop-length CCDFs, and a heatmap for 2-D grids, by
     file stem."""
-    meta = json.loads((directory / SWEEP_META).read_text())
-    grid: dict[str, list[object]] = meta.get("grid", {})
-    points = pd.read_csv(directory / POINTS)
+    sweep = read_sweep(directory)
+    grid, points = sweep.grid, sweep.points
     if points.empty or not grid:
         return {}
-    target = target or meta.get("target")
+    target = target or sweep.target
     numeric = [k for k, v in grid.items() if _numeric(v) and len(v) > 1]
     groups = [k for k in grid if k not in numeric[:1]]
     figures: dict[str, Figure] = {}
@@ -431,8 +427,7 @@ def _curves(points: pd.DataFrame, x: str, groups: list[str]) -> Figure:
 
 def _loop_ccdf(directory: Path, by: list[str]) -> Figure:
     lengths: dict[str, list[int]] = {}
-    records = [json.loads(p.read_text()) for p in (directory / TASKS).glob("*.json")]
-    for record in sorted(records, key=lambda r: (r["point"], r["seed_index"])):
+    for record in task_records(directory):
         label = ", ".join(f"{k.split('.')[-1]}={record['values'].get(k)}" for k in by)
         lengths.setdefault(label, []).extend(record.get("loop_lengths", []))
     fig = Figure(figsize=(6.5, 4.5), layout="constrained")

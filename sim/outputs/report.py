@@ -46,19 +46,22 @@ from sim.outputs.html import (
 )
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
 from sim.results.layout import (
-    CAPACITY,
-    COMPARISON,
-    EVALUATIONS,
     INSTANCES,
     META,
-    POINTS,
     SUMMARY,
-    SWEEP_META,
     TASKS,
     TIMESERIES,
     detect,
 )
-from sim.results.reading import read_config, read_csv, read_json, read_parquet
+from sim.results.reading import (
+    read_capacity,
+    read_compare,
+    read_config,
+    read_json,
+    read_parquet,
+    read_sweep,
+    task_records,
+)
 from sim.spec import ScenarioError
 from sim.stats import confidence, parse_target
 from sim.units import cell, metric_unit, number
@@ -253,10 +256,8 @@ def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _compare_page(directory: Path) -> str:
-    table = read_csv(directory / COMPARISON)
-    if table.empty:
-        raise ScenarioError(str(directory / COMPARISON), None, "has no variant")
-    column = str(table.columns[0])
+    compared = read_compare(directory)
+    table, column = compared.table, compared.column
     variants = [str(v) for v in table[column]]
     runs = {
         v: directory / v
@@ -310,14 +311,13 @@ def _compare_page(directory: Path) -> str:
 
 
 def _sweep_page(directory: Path) -> str:
-    meta = read_json(directory / SWEEP_META)
-    points = read_csv(directory / POINTS)
-    grid: dict[str, list[Any]] = meta.get("grid") or {}
+    sweep = read_sweep(directory)
+    meta, points, grid = sweep.meta, sweep.points, sweep.grid
     name = str(meta.get("scenario", directory.name))
     keys = list(grid)
     grid_rows = [[k, ", ".join(setting(v) for v in values)] for k, values in grid.items()]
     known = set(points["metric"]) if "metric" in points.columns else set()
-    metrics = [m for m in sweep_metrics(meta.get("target")) if m in known]
+    metrics = [m for m in sweep_metrics(sweep.target) if m in known]
     rows = []
     for _, group in points.groupby("point", sort=True) if not points.empty else []:
         by_metric = {r["metric"]: r for r in group.to_dict("records")}
@@ -375,12 +375,9 @@ def _sweep_caption(stem: str) -> str:
 
 
 def _capacity_page(directory: Path) -> str:
-    answer = read_json(directory / CAPACITY)
-    evaluations = read_csv(directory / EVALUATIONS)
-    for key in ("param", "target"):
-        if key not in answer:
-            raise ScenarioError(str(directory / CAPACITY), key, "missing")
-    param, target = answer["param"], answer["target"]
+    search = read_capacity(directory)
+    answer, evaluations = search.answer, search.evaluations
+    param, target = search.param, search.target
     metric = parse_target(target)[0]
     name = str(answer.get("scenario", directory.name))
     found = answer.get("answer")
@@ -441,11 +438,11 @@ def _at_answer(directory: Path, param: str, value: Any) -> list[list[Any]]:
     """Key metrics over the seeds of the answer's runs (kept in tasks/), mean and interval."""
     if value is None or not (directory / TASKS).is_dir():
         return []
-    summaries = []
-    for path in sorted((directory / TASKS).glob("*.json")):
-        record = read_json(path)
-        if record.get("summary") and record.get("values", {}).get(param) == value:
-            summaries.append(record["summary"])
+    summaries = [
+        record["summary"]
+        for record in task_records(directory)
+        if record["values"].get(param) == value
+    ]
     if not summaries:
         return []
     rows = []

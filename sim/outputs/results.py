@@ -19,6 +19,7 @@ from sim.model.pools import POOL_KINDS
 from sim.outputs.files import read_table, replace_file
 from sim.results.directories import mark
 from sim.results.layout import CONFIG, META, SUMMARY
+from sim.results.reading import read_model, with_columns
 from sim.runner import RunResult
 from sim.scenario import Scenario, scenario_document
 from sim.sizes import annotate_yaml, size_notes
@@ -95,11 +96,11 @@ def export_libcachesim_csv(run_dir: Path, pool: str, out: Path) -> int:
     trace_path = run_dir / "storage_trace.parquet"
     if not trace_path.exists():
         raise FileNotFoundError(f"{trace_path} not found: run with --storage-trace first")
-    config = yaml.safe_load((run_dir / CONFIG).read_text())
-    pools = [name for name in POOL_KINDS if config["model"].get(name)]
+    model = read_model(run_dir)
+    pools = [name for name in POOL_KINDS if model.get(name)]
     if pool not in pools:
         raise PoolNotInRun(f"pool {pool!r} is not in this run (pools: {', '.join(pools)})")
-    trace = read_table(trace_path)
+    trace = with_columns(read_table(trace_path), trace_path, ("pool", "t_s", "key", "size_bytes"))
     rows = trace[trace["pool"] == pool]
     frame = pd.DataFrame(
         {
