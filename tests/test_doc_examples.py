@@ -83,3 +83,27 @@ def test_the_commands_run_from_the_repository_root() -> None:
     assert all((REPO / path).is_file() for _, path, _ in COMMANDS), [
         path for _, path, _ in COMMANDS if not (REPO / path).is_file()
     ]
+
+
+def test_docs_metrics_documents_every_summary_key() -> None:
+    """Every key a summary can have (every pool kind registered) is in docs/metrics.md, by name
+    or by a pattern such as `storage_<pool>_<counter>`."""
+    from sim.model.pools import POOL_KINDS
+    from sim.outputs.metrics import summary_keys
+
+    names: set[str] = set()
+    for line in (REPO / "docs" / "metrics.md").read_text().splitlines():
+        tokens = re.findall(r"`([a-z0-9_<>]+)`", line)
+        names.update(tokens)
+        if tokens and ">" in tokens[0]:  # `storage_<pool>_get_hits`, `_get_misses`: suffixes
+            stem = tokens[0][: tokens[0].rindex(">") + 1]
+            names.update(stem + t for t in tokens[1:] if t.startswith("_"))
+    patterns = [
+        re.compile(re.sub(r"<[a-z_]+>", "[a-z0-9_]+", name) + "$") for name in names if "<" in name
+    ]
+    undocumented = [
+        key
+        for key in sorted(summary_keys(POOL_KINDS))
+        if key not in names and not any(p.match(key) for p in patterns)
+    ]
+    assert not undocumented, undocumented
