@@ -34,6 +34,18 @@ CONTENTS = st.one_of(
 ACTIONS = st.sampled_from(["write", "delete", "dir"])
 
 
+def _damage(target: Path, action: str, content: bytes) -> None:
+    """Remove the file (or folder) at `target`, then write junk there or make it a folder."""
+    if target.is_dir():
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    if action == "write":
+        target.write_bytes(content)
+    elif action == "dir":
+        target.mkdir()
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -50,15 +62,7 @@ def test_a_damaged_run_directory_gets_exit_0_or_2(
     crafted = work / "run"
     shutil.copytree(traced_run, crafted)
     for name, action, content in damage:
-        target = crafted / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-        if action == "write":
-            target.write_bytes(content)
-        elif action == "dir":
-            target.mkdir()
+        _damage(crafted / name, action, content)
     for args in (
         ["plot", str(crafted)],
         ["report", str(crafted)],
@@ -125,15 +129,7 @@ def test_a_damaged_study_directory_gets_exit_0_or_2(
     shutil.copytree(studies[kind], crafted)
     files = STUDY_FILES[kind]
     for index, action, content in damage:
-        target = crafted / files[index % len(files)]
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-        if action == "write":
-            target.write_bytes(content)
-        elif action == "dir":
-            target.mkdir()
+        _damage(crafted / files[index % len(files)], action, content)
     for args in (["plot", str(crafted)], ["report", str(crafted)]):
         result = invoke(*args)
         assert result.exit_code in (0, 2), (args, damage, result.output[-2000:])
