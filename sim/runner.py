@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from sim.engine.simulation import Simulation
+from sim.model.build import build_cluster
 from sim.model.loops import Loop
 from sim.outputs.metrics import cluster_summary, summarize
 from sim.scenario import Scenario
@@ -45,7 +46,8 @@ def run(
     with the simulated time as the run advances (the CLI draws its progress bar with it).
     """
     started = time.perf_counter()
-    sim = Simulation(scenario, workload, storage_trace=storage_trace, on_progress=on_progress)
+    cluster = build_cluster(scenario, workload, storage_trace=storage_trace)
+    sim = Simulation(cluster, on_progress=on_progress)
     try:
         sim.run()
     except KeyboardInterrupt:

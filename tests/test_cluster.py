@@ -10,7 +10,6 @@ deliver exactly the bytes the servers' records say they moved.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +17,7 @@ import pytest
 
 from sim.engine.links import SharedBandwidth
 from sim.engine.simulation import Simulation
+from sim.model.build import build_cluster
 from sim.routing import ROUTERS
 from sim.runner import RunResult, run
 from sim.scenario import build_scenario
@@ -61,7 +61,7 @@ def test_a_cluster_of_one_on_the_shared_bandwidth_model_is_the_single_server(
     server's own bandwidth does (it takes more events to do so)."""
     alone = run(make_scenario(**FAULTY))
 
-    def shared(self: Simulation, scenario: Any) -> tuple[SharedBandwidth, SharedBandwidth]:
+    def shared(self: Simulation) -> tuple[SharedBandwidth, SharedBandwidth]:
         storage = self.storage
         return SharedBandwidth(self.env, storage.read_bps), SharedBandwidth(
             self.env, storage.write_bps
@@ -104,7 +104,7 @@ def test_the_shared_channels_carry_exactly_the_bytes_the_servers_moved() -> None
             "duration_s": 2000,
         },
     )
-    sim = Simulation(scenario).run()
+    sim = Simulation(build_cluster(scenario)).run()
     tables = [server.records.tables() for server in sim.servers]
     assert all((t["requests"]["outcome"] == "finished").all() for t in tables)
     read = sum(int(t["prefetches"]["transfer_bytes"].sum()) for t in tables)

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from sim.engine.simulation import Simulation
+from sim.model.build import build_cluster
 from sim.outputs.metrics import WALL_CLOCK_KEYS, is_summary_key
 from sim.runner import run
 from sim.scenario import load_scenario
@@ -70,7 +71,7 @@ def test_capacities_hold_and_every_request_ends_in_one_outcome() -> None:
             "duration_s": 60,
         }
     )
-    sim = Simulation(scenario).start()
+    sim = Simulation(build_cluster(scenario)).start()
     (server,) = sim.servers
     tree, host, env = server.tree, server.host, sim.env
     steps = 0
@@ -96,7 +97,7 @@ def test_every_generated_request_is_recorded_exactly_once() -> None:
     result = run(scenario)
     expected = sum(
         1
-        for req in Simulation(scenario).workload.arrivals()
+        for req in Simulation(build_cluster(scenario)).workload.arrivals()
         if req.arrival_s <= scenario.duration_s
     )
     assert len(result.tables["requests"]) == expected

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from sim.engine.simulation import Simulation
 from sim.heal import RULES, DiscardView
+from sim.model.build import build_cluster
 from sim.model.pools import POOL_KINDS, PoolKind, PoolSpec, Residency, register_pool_kind
 from sim.model.prefetch import (
     PREFETCH_POLICIES,
@@ -99,7 +100,7 @@ def test_a_heal_of_an_every_page_pool_drops_the_whole_span(indexer: PoolKind) ->
     """An indexer transfer vouches for nothing before its keys, which are the whole span, so a
     short one keeps nothing: `keep_pages` drops every belief of the hit."""
     scenario = build_scenario(indexer_doc())
-    storage = Simulation(scenario).storage
+    storage = Simulation(build_cluster(scenario)).storage
     span = tuple(range(1, 9))
     op = PrefetchOp(1, 0, span, 0.0, hit_pages=8, completed_pages=8)
     op.aux = plan_aux_transfers(storage.aux, op)
@@ -219,7 +220,7 @@ def kv_eviction_times(**overrides: Any) -> tuple[list[float], int]:
     scenario = make_scenario(
         **SMALL_DEVICE, **{"storage.pools.kv.evict_rate_per_s": 0.5}, **overrides
     )
-    sim = Simulation(scenario)
+    sim = Simulation(build_cluster(scenario))
     times: list[float] = []
     kv = sim.storage.kv
     evict = kv.evict_random

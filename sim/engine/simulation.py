@@ -17,12 +17,9 @@ import simpy
 
 from sim.engine.links import DedicatedLink, Link, SharedBandwidth
 from sim.engine.server import Server
-from sim.model.build import ClusterModel, Eviction, build_cluster, stream, workload_stream
-from sim.model.pools import ROUTER_STREAM
+from sim.model.build import ClusterModel, Eviction
 from sim.routing import Router
-from sim.scenario import Scenario
-from sim.units import GB
-from sim.workload import Request, Workload
+from sim.workload import Request
 
 _simpy_step = simpy.Environment.step
 
@@ -40,52 +37,39 @@ class CountingEnvironment(simpy.Environment):
 
 
 class Simulation:
-    """A cluster of servers sharing one storage backend, run to the scenario's horizon."""
+    """A cluster of servers sharing one storage backend, run to the horizon: everything it runs
+    comes assembled (`sim.model.build.build_cluster`); it reads no scenario."""
 
     def __init__(
-        self,
-        scenario: Scenario,
-        workload: Workload | None = None,
-        *,
-        storage_trace: bool = False,
-        on_progress: Callable[[float], None] | None = None,
+        self, cluster: ClusterModel, *, on_progress: Callable[[float], None] | None = None
     ) -> None:
-        self.duration_s = scenario.duration_s
-        self.warmup_s = scenario.warmup_s
+        self.cluster = cluster
+        self.duration_s = cluster.duration_s
+        self.warmup_s = cluster.warmup_s
         self.on_progress = on_progress
         """Called with the simulated time at every time-series sample (progress bars)."""
-        self.cluster: ClusterModel = build_cluster(scenario, storage_trace=storage_trace)
-        self.storage = self.cluster.storage
-        page_size = scenario.model.page_size
-        self.workload = workload or scenario.workload.build(
-            page_size, workload_stream(scenario.seed)
-        )
+        self.storage = cluster.storage
+        self.workload = cluster.workload
         self.env = CountingEnvironment()
-        spec = scenario.cluster
-        self.arrival_scale = 1.0 / spec.instances if spec.scale_arrivals else 1.0
-        """Arrival times are multiplied by this (1/N with `scale_arrivals`)."""
-        self.reads, self.writes = self._links(scenario)
+        self.arrival_scale = cluster.arrival_scale
+        self.reads, self.writes = self._links()
         self.servers = [
             Server(
                 self.env,
                 model,
                 read_link=self.reads,
                 write_link=self.writes,
-                warmup_s=scenario.warmup_s,
+                warmup_s=cluster.warmup_s,
                 left=self._left,
             )
-            for model in self.cluster.servers
+            for model in cluster.servers
         ]
-        self.router: Router = spec.router.build(
-            len(self.servers), page_size, stream(scenario.seed, ROUTER_STREAM)
-        )
-        self._ts_interval = scenario.duration_s / 200.0 or scenario.duration_s
+        self.router: Router = cluster.router
+        self._ts_interval = cluster.duration_s / 200.0 or cluster.duration_s
 
-    def _links(self, scenario: Scenario) -> tuple[Link, Link]:
+    def _links(self) -> tuple[Link, Link]:
         """The backend's read and write bandwidth: a lone server's own, or shared by all."""
-        storage, env = self.storage, self.env
-        link_gbps = scenario.cluster.link_gbps
-        cap = None if link_gbps is None else link_gbps * GB
+        storage, env, cap = self.storage, self.env, self.cluster.link_bps
         if len(self.cluster.servers) == 1:
 
             def alone(bytes_per_s: float) -> DedicatedLink:

@@ -20,11 +20,21 @@ from sim.model.components import AuxDevice
 from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
 from sim.model.loops import LoopTracker
-from sim.model.pools import EVICTION_STREAM, KV, POOL_KINDS, WORKLOAD_STREAM, Pool, Residency
+from sim.model.pools import (
+    EVICTION_STREAM,
+    KV,
+    POOL_KINDS,
+    ROUTER_STREAM,
+    WORKLOAD_STREAM,
+    Pool,
+    Residency,
+)
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from sim.model.radix import RadixTree
 from sim.model.storage import Storage, StoragePool
+from sim.routing import Router
 from sim.units import GB
+from sim.workload import Workload
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
@@ -117,13 +127,22 @@ class ServerModel:
 
 @dataclass
 class ClusterModel:
-    """The servers of a cluster and the one storage backend they share (one server when the
-    scenario has no `cluster` section)."""
+    """Everything a run needs, assembled from its scenario: the servers of a cluster (one when
+    the scenario has no `cluster` section), the storage backend they share, the request
+    stream, the router and the run's horizon. The engine reads nothing else."""
 
     storage: Storage
     evictions: list[Eviction]
     """Backend-side eviction sources: the backend's, so one per pool whatever the servers."""
     servers: list[ServerModel]
+    workload: Workload
+    router: Router
+    duration_s: float
+    warmup_s: float
+    arrival_scale: float = 1.0
+    """Arrival times are multiplied by this (1/N with `cluster.scale_arrivals`)."""
+    link_bps: float | None = None
+    """Each server's own link to the backend (each direction); None: only the backend's."""
 
 
 def layout(scenario: Scenario) -> dict[str, Pool]:
@@ -135,17 +154,30 @@ def layout(scenario: Scenario) -> dict[str, Pool]:
     }
 
 
-def build_cluster(scenario: Scenario, *, storage_trace: bool = False) -> ClusterModel:
-    """Assemble the shared storage and every server; with `storage_trace` every pool logs its
-    accesses. A cluster of several servers also records which server displaced which object
-    (for the cross-server loop count)."""
+def build_cluster(
+    scenario: Scenario, workload: Workload | None = None, *, storage_trace: bool = False
+) -> ClusterModel:
+    """Assemble a run: the shared storage, every server, the request stream (or `workload`),
+    the router; with `storage_trace` every pool logs its accesses. A cluster of several servers
+    also records which server displaced which object (for the cross-server loop count)."""
     pools = layout(scenario)
     storage, evictions = build_storage(scenario, pools, storage_trace=storage_trace)
-    if scenario.cluster.instances > 1:
+    cluster, page_size = scenario.cluster, scenario.model.page_size
+    if cluster.instances > 1:
         for store in storage.pools.values():
             store.displaced_by = {}
-    servers = [build_server(scenario, storage, i) for i in range(scenario.cluster.instances)]
-    return ClusterModel(storage, evictions, servers)
+    servers = [build_server(scenario, storage, i) for i in range(cluster.instances)]
+    return ClusterModel(
+        storage,
+        evictions,
+        servers,
+        workload=workload or scenario.workload.build(page_size, workload_stream(scenario.seed)),
+        router=cluster.router.build(len(servers), page_size, stream(scenario.seed, ROUTER_STREAM)),
+        duration_s=scenario.duration_s,
+        warmup_s=scenario.warmup_s,
+        arrival_scale=1.0 / cluster.instances if cluster.scale_arrivals else 1.0,
+        link_bps=None if cluster.link_gbps is None else cluster.link_gbps * GB,
+    )
 
 
 def build_model(scenario: Scenario, *, storage_trace: bool = False) -> ServerModel:
