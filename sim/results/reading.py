@@ -1,6 +1,7 @@
-"""Reading the files of a result directory: a file this tool did not write as it is (junk JSON,
-CSV or Parquet, a configuration that is not YAML) is bad input naming the file; a missing file
-is the caller's to handle."""
+"""Reading the files of a result directory: a file this tool did not write as it is (missing,
+junk JSON, CSV or Parquet, a configuration that is not YAML, a table without the columns a
+reader needs) is bad input naming the file. Only the resolved configuration may be absent
+(`read_config` then returns no text)."""
 
 from __future__ import annotations
 
