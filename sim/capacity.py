@@ -28,6 +28,7 @@ import pandas as pd
 from pydantic import BaseModel
 from tqdm import tqdm
 
+from sim.deployment.resolve import get
 from sim.model.pools import POOL_KINDS
 from sim.outputs.metrics import is_summary_key, summary_keys
 from sim.results.layout import CAPACITY, EVALUATIONS, TASKS
@@ -260,8 +261,8 @@ def check_param(scenario: Scenario, param: str) -> None:
                 f"(its pools: {', '.join(pools)})",
             )
     if not any(t in (int, float) for t in allowed):
-        current = _current(scenario_document(scenario), param)
-        shown = "" if current is _MISSING or current is None else f" (its value is {current!r})"
+        current = get(scenario_document(scenario), param)
+        shown = "" if current is None else f" (its value is {current!r})"
         raise ScenarioError(
             "--param",
             None,
@@ -324,18 +325,6 @@ def check_range(low: float, high: float, tolerance: float | None) -> None:
 
 def _example_step(low: float, high: float) -> str:
     return f"{(high - low) / 64:.3g}"
-
-
-_MISSING = object()
-
-
-def _current(doc: dict[str, Any], param: str) -> Any:
-    node: Any = doc
-    for part in param.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
 
 
 def _pool_names(metric: str) -> list[str]:

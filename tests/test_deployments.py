@@ -494,3 +494,17 @@ def _header_above(text: str, position: int) -> list[str]:
     while lines and not lines[-1].startswith("| --- "):
         lines.pop()
     return [c.strip().strip("`") for c in lines[-2].strip("|").split("|")]
+
+
+@pytest.mark.parametrize("section", ["device", "host", "compute"])
+@pytest.mark.parametrize("written", [5, None, "big"])
+def test_a_section_written_as_no_mapping_is_refused_not_replaced_by_derived_sizes(
+    section: str, written: Any
+) -> None:
+    """A derivation fills in what a section leaves out; it never overwrites the section itself
+    when the scenario wrote something else there."""
+    doc = deployment_doc()
+    doc[section] = written
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(doc)
+    assert err.value.key == section

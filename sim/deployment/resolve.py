@@ -85,12 +85,16 @@ def has(doc: dict[str, Any], key: str) -> bool:
 
 
 def put(doc: dict[str, Any], key: str, value: Any) -> None:
+    """Set a dotted key, creating the sections it needs; a section the document writes as
+    something other than a mapping (`device: 5`) is left as written, for validation to refuse."""
     *path, leaf = key.split(".")
     node = doc
     for part in path:
-        child = node.get(part)
+        if part not in node:
+            node[part] = {}
+        child = node[part]
         if not isinstance(child, dict):
-            child = node[part] = {}
+            return
         node = child
     node[leaf] = value
 
@@ -182,7 +186,8 @@ class Derivation:
 
     def fill(self, key: str, value: Any, why: str, kind: str = "derived") -> None:
         put(self.doc, key, value)
-        self.sources.of[key] = f"{kind}: {why}"
+        if has(self.doc, key):
+            self.sources.of[key] = f"{kind}: {why}"
 
     def run(self) -> list[KeyedError]:
         """Fill in place; returns what cannot be derived."""
