@@ -34,6 +34,7 @@ BYTE_UNITS = {
 }
 """Byte units scenario files and the command line accept (case-insensitive)."""
 GB = 10**9
+"""Bandwidths and capacities are in gigabytes (1e9 bytes), as storage vendors quote them."""
 _DECIMAL = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
 
 

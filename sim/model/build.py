@@ -71,10 +71,9 @@ class Timing:
     """Copies a restored page takes: the copies of KV and of every per-page aux pool."""
 
     def prefill_s(self, recomputed_tokens: int, loaded_pages: int) -> float:
-        load_bytes = loaded_pages * self.load_bytes_per_page
-        load_s = load_bytes / self.pcie_bps
-        if self.copy_overhead_s:
-            load_s += loaded_pages * self.load_copies_per_page * self.copy_overhead_s
+        load_s = self._host_link_s(
+            loaded_pages * self.load_bytes_per_page, loaded_pages * self.load_copies_per_page
+        )
         return recomputed_tokens / self.prefill_tokens_per_s + load_s
 
     def chunks(self, start_token: int, end_token: int) -> list[int]:
@@ -90,11 +89,16 @@ class Timing:
 
     def staging_s(self, staged: StagedWrite) -> float:
         """Copying a staged backup from the device to the host."""
-        seconds = staged.nbytes / self.pcie_bps
-        if self.copy_overhead_s:
-            copies = sum(n * self.copies[name] for name, n in staged.objects.items())
-            seconds += copies * self.copy_overhead_s
-        return seconds
+        copies = (
+            sum(n * self.copies[name] for name, n in staged.objects.items())
+            if self.copy_overhead_s
+            else 0
+        )
+        return self._host_link_s(staged.nbytes, copies)
+
+    def _host_link_s(self, nbytes: float, copies: int) -> float:
+        """Bytes across the host link, and the per-copy overhead of direct io."""
+        return nbytes / self.pcie_bps + copies * self.copy_overhead_s
 
 
 @dataclass(frozen=True)

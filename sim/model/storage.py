@@ -23,8 +23,6 @@ from sim.registry import Registry
 STORAGE_BATCH_PAGES = 128
 """Pages per `exists` / `get` call (SGLang's STORAGE_BATCH_SIZE)."""
 
-"""Bandwidths and capacities are in gigabytes (1e9 bytes), as storage vendors quote them."""
-
 STORAGE_COUNTERS = (
     "get_hits",
     "get_misses",
