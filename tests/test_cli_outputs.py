@@ -321,3 +321,32 @@ def test_plot_directory_without_results_fails_cleanly(tmp_path: Path):
     assert result.exit_code != 0
     assert "Traceback" not in result.stderr
     assert os.listdir(empty) == []
+
+
+# --- reading back -------------------------------------------------------------------------------
+
+
+def test_typed_readers_give_back_what_run_and_compare_wrote(tiny: Path, tmp_path: Path):
+    from sim.results.layout import Kind, detect
+    from sim.results.reading import read_compare, read_run
+
+    run_dir = tmp_path / "run"
+    ok(invoke("run", str(tiny), "--out", str(run_dir)))
+    run = read_run(run_dir)
+    assert detect(run_dir) is Kind.RUN
+    assert run.summary == read_summary(run_dir)
+    assert run.name == "test" and run.meta["seed"] == run.config["seed"]
+    assert run.timeseries()["discards"].is_monotonic_increasing
+    instances = run.instances()
+    assert instances is not None and list(instances["requests"]) == [run.summary["requests"]]
+
+    compare_dir = tmp_path / "compare"
+    ok(invoke("compare", str(tiny), "--out", str(compare_dir)))
+    compared = read_compare(compare_dir)
+    assert detect(compare_dir) is Kind.COMPARE
+    runs = compared.runs()
+    assert list(runs) == compared.labels == list(compared.table[compared.column].astype(str))
+    for label, variant in runs.items():
+        row = compared.table[compared.table[compared.column].astype(str) == label].iloc[0]
+        assert variant.config["heal"] == label
+        assert variant.summary["prefetch_issued"] == row["prefetch_issued"]

@@ -379,8 +379,9 @@ def test_capacity_findings_notice_a_non_monotone_search() -> None:
 
 def test_build_report_escapes_everything_from_the_directory(copy_of) -> None:
     directory = copy_of("compare")
-    table = directory / "comparison.csv"
-    table.write_text(table.read_text().replace("keep_pages", "keep<script>"), encoding="utf-8")
+    for name in ("comparison.csv", "variants.json"):
+        path = directory / name
+        path.write_text(path.read_text().replace("keep_pages", "keep<script>"), encoding="utf-8")
     (directory / "keep_pages").rename(directory / "keep<script>")
     text = build_report(directory)
     assert "keep&lt;script&gt;" in text

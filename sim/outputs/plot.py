@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
@@ -22,19 +21,12 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from sim.outputs.files import replace_file
-from sim.results.layout import (
-    COMPARISON,
-    CONFIG,
-    TIMESERIES,
-    Kind,
-    detect,
-)
+from sim.results.layout import COMPARISON, Kind, detect
 from sim.results.reading import (
     read_capacity,
     read_compare,
-    read_config,
+    read_run,
     read_sweep,
-    read_timeseries,
     task_records,
     with_columns,
 )
@@ -71,7 +63,7 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     panels = [key for key, _ in COMPARE_PANELS]
     table = with_columns(compared.table, directory / COMPARISON, panels, panels)
     label = compared.column
-    labels, run_dirs = compared.labels, compared.run_dirs
+    labels = compared.labels
     fig = Figure(figsize=(16, 7), layout="constrained")
     axes = fig.subplots(2, 4)
     flat = axes.ravel()
@@ -90,10 +82,11 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
         ax.tick_params(axis="x", labelrotation=20)
     ax = flat[len(COMPARE_PANELS)]
     drawn: list[tuple[np.ndarray, str]] = []
-    for i, (color, name, run_dir) in enumerate(zip(colors, labels, run_dirs, strict=True)):
-        ts_path = run_dir / TIMESERIES
-        if ts_path.exists():
-            ts = cluster_total(read_timeseries(ts_path), "discards")
+    runs = compared.runs()
+    for i, (color, name) in enumerate(zip(colors, labels, strict=True)):
+        run = runs.get(name)
+        if run is not None and run.has_timeseries:
+            ts = cluster_total(run.timeseries(), "discards")
             same = next(
                 (first for values, first in drawn if np.array_equal(values, ts["discards"])), None
             )
@@ -114,8 +107,8 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     if ax.lines:
         ax.legend(fontsize=8)
     flat[-1].axis("off")
-    config = run_dirs[0] / CONFIG if run_dirs else directory / "none"
-    name = yaml.safe_load(config.read_text())["name"] if config.exists() else directory.name
+    first = next(iter(runs.values()), None)
+    name = first.name if first is not None else directory.name
     what = {"heal": "heal rules", "variant": "variants"}.get(label, label)
     fig.suptitle(f"{name}: {what} compared on the same seed")
     return fig
@@ -129,8 +122,8 @@ def run_figure(directory: Path) -> Figure:
     """A run's time series: discards, beliefs, device and storage occupancy, each occupancy
     against its capacity (dashed, same colour) where the configuration bounds it. A cluster's
     per-server series are drawn per instance (`cluster_run_figure`)."""
-    ts = read_timeseries(directory / TIMESERIES)
-    _, config = read_config(directory)
+    run = read_run(directory)
+    ts, config = run.timeseries(), run.config
     if len(instances_of(ts)) > 1:
         return cluster_run_figure(directory, ts, config)
     storage_cols = [c for c in ts.columns if c.startswith("storage_")]
@@ -174,7 +167,7 @@ def run_figure(directory: Path) -> Figure:
     axes[1, 1].legend(fontsize=8)
     for ax in axes.ravel():
         ax.set_xlabel("simulated time (s)")
-    fig.suptitle(f"{config.get('name', directory.name)}: time series")
+    fig.suptitle(f"{run.name}: time series")
     return fig
 
 

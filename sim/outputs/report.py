@@ -45,20 +45,12 @@ from sim.outputs.html import (
     unit_header,
 )
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
-from sim.results.layout import (
-    INSTANCES,
-    META,
-    SUMMARY,
-    TASKS,
-    TIMESERIES,
-    detect,
-)
+from sim.results.layout import TASKS, detect
 from sim.results.reading import (
+    RunDir,
     read_capacity,
     read_compare,
-    read_config,
-    read_json,
-    read_parquet,
+    read_run,
     read_sweep,
     task_records,
 )
@@ -144,13 +136,11 @@ def _provenance(meta: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()) 
 
 
 def _run_page(directory: Path) -> str:
-    summary = read_json(directory / SUMMARY)
-    config_text, config = read_config(directory)
-    meta = read_json(directory / META) if (directory / META).is_file() else {}
-    name = str(config.get("name", directory.name))
-    instances = _instances(directory, summary, config)
+    run = read_run(directory)
+    summary, name = run.summary, run.name
+    instances = _instances(run)
     plots = None
-    if (directory / TIMESERIES).is_file():
+    if run.has_timeseries:
         png = existing_png(directory, "timeseries") or render_png(run_figure(directory))
         caption = "Time series: cumulative discards, existence cache, device and storage occupancy"
         if instances is not None:
@@ -165,7 +155,7 @@ def _run_page(directory: Path) -> str:
         "run",
         directory,
         [
-            _scenario(name, config_text),
+            _scenario(name, run.config_text),
             findings_section(run_findings(summary)),
             plots,
             instances,
@@ -175,7 +165,7 @@ def _run_page(directory: Path) -> str:
                 "<p>Every key of summary.json (warm-up excluded; docs/metrics.md).</p>",
                 html_table("summary", ["key", "value", "unit"], rows, range(1, 2)),
             ),
-            _provenance(meta),
+            _provenance(run.meta),
         ],
     )
 
@@ -210,18 +200,14 @@ INSTANCE_COLUMNS = (
 """The columns of instances.parquet a cluster's run page shows, one row per server."""
 
 
-def _instances(
-    directory: Path, summary: Mapping[str, Any], config: Mapping[str, Any]
-) -> Section | None:
+def _instances(run: RunDir) -> Section | None:
     """A cluster's servers: the cluster keys and a row per server (instances.parquet); none for
     a run of one server."""
-    path = directory / INSTANCES
-    if not path.is_file():
+    table = run.instances()
+    if table is None or len(table) <= 1 or "instance" not in table.columns:
         return None
-    table = read_parquet(path)
-    if len(table) <= 1 or "instance" not in table.columns:
-        return None
-    cluster = config.get("cluster")
+    summary = run.summary
+    cluster = run.config.get("cluster")
     router = cluster.get("router") if isinstance(cluster, dict) else None
     policy = router.get("policy") if isinstance(router, dict) else None
     behind = f" behind a <code>{esc(policy)}</code> router" if isinstance(policy, str) else ""
@@ -258,16 +244,11 @@ def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
 def _compare_page(directory: Path) -> str:
     compared = read_compare(directory)
     table, column = compared.table, compared.column
-    variants = [str(v) for v in table[column]]
-    runs = {
-        v: directory / v
-        for v in variants
-        if Path(v).name == v and (directory / v / SUMMARY).is_file()
-    }
-    configs = {v: read_config(run_dir) for v, run_dir in runs.items()}
-    first_text, first = next(iter(configs.values()), (None, {}))
-    name = str(first.get("name", directory.name))
-    flat = [_flatten(doc) for _, doc in configs.values()]
+    variants = compared.labels
+    runs = compared.runs()
+    first = next(iter(runs.values()), None)
+    name = first.name if first is not None else directory.name
+    flat = [_flatten(run.config) for run in runs.values()]
     differing = sorted({k for f in flat for k in f if len({repr(g.get(k)) for g in flat}) > 1})
     extra = []
     if differing:
@@ -278,23 +259,20 @@ def _compare_page(directory: Path) -> str:
         )
     png = existing_png(directory, "comparison") or render_png(comparison_figure(directory))
     figures = [png_figure(png, "Key metrics per variant, and cumulative discards over time")]
-    for variant, run_dir in runs.items():
-        if (run_dir / TIMESERIES).is_file():
-            png = existing_png(run_dir, "timeseries") or render_png(run_figure(run_dir))
+    for variant, run in runs.items():
+        if run.has_timeseries:
+            png = existing_png(run.path, "timeseries") or render_png(run_figure(run.path))
             figures.append(png_figure(png, f"{column}={variant}: time series"))
-    per_variant = {
-        f"{column}={v}": run_findings(read_json(run_dir / SUMMARY)) for v, run_dir in runs.items()
-    }
+    per_variant = {f"{column}={v}": run_findings(run.summary) for v, run in runs.items()}
     records = table.to_dict("records")
     keys = [str(c) for c in table.columns if c != column]
     rows = [[key, *(cell(key, r[key]) for r in records), metric_unit(key)] for key in keys]
-    meta_path = directory / variants[0] / META
     return page(
         name,
         "compare",
         directory,
         [
-            _scenario(name, first_text, extra=extra),
+            _scenario(name, first.config_text if first is not None else None, extra=extra),
             findings_section(compare_findings(table, column), per_variant),
             section("plots", "Plots", *figures),
             section(
@@ -305,7 +283,7 @@ def _compare_page(directory: Path) -> str:
                     "summary", ["key", *variants, "unit"], rows, range(1, len(variants) + 1)
                 ),
             ),
-            _provenance(read_json(meta_path) if meta_path.is_file() else {}),
+            _provenance(first.meta if first is not None else {}),
         ],
     )
 

@@ -20,9 +20,13 @@ from sim.results.layout import (
     COMPARISON,
     CONFIG,
     EVALUATIONS,
+    INSTANCES,
+    META,
     POINTS,
+    SUMMARY,
     SWEEP_META,
     TASKS,
+    TIMESERIES,
     VARIANTS,
 )
 from sim.spec import ScenarioError
@@ -105,6 +109,45 @@ TIMESERIES_COLUMNS = (
 
 def read_timeseries(path: Path) -> pd.DataFrame:
     return with_columns(read_table(path), path, TIMESERIES_COLUMNS, TIMESERIES_COLUMNS)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory as the plots and the report read it. The small files are read at once;
+    the tables only when asked for (a run's time series can be large, and a page or a plot may
+    not need it)."""
+
+    path: Path
+    summary: dict[str, Any]
+    """summary.json: every summary key (docs/metrics.md)."""
+    meta: dict[str, Any]
+    """meta.json: seed, versions, wall time and the sources of resolved values ({} if absent)."""
+    config_text: str | None
+    """config.resolved.yaml as written (None if absent)."""
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.config.get("name", self.path.name))
+
+    @property
+    def has_timeseries(self) -> bool:
+        return (self.path / TIMESERIES).is_file()
+
+    def timeseries(self) -> pd.DataFrame:
+        return read_timeseries(self.path / TIMESERIES)
+
+    def instances(self) -> pd.DataFrame | None:
+        """instances.parquet: a summary row per server (None for a directory without one)."""
+        path = self.path / INSTANCES
+        return read_parquet(path) if path.is_file() else None
+
+
+def read_run(directory: Path) -> RunDir:
+    config_text, config = read_config(directory)
+    meta_path = directory / META
+    meta = read_json(meta_path) if meta_path.is_file() else {}
+    return RunDir(directory, read_json(directory / SUMMARY), meta, config_text, config)
 
 
 # ---------------------------------------------------------------- studies
@@ -216,6 +259,14 @@ class CompareDir:
     column: str
     labels: list[str]
     run_dirs: list[Path]
+
+    def runs(self) -> dict[str, RunDir]:
+        """Each variant's run by its label, for the variants whose directory holds a run."""
+        return {
+            label: read_run(run_dir)
+            for label, run_dir in zip(self.labels, self.run_dirs, strict=True)
+            if (run_dir / SUMMARY).is_file()
+        }
 
 
 def read_compare(directory: Path, column: str | None = None) -> CompareDir:
