@@ -12,7 +12,7 @@ import pandas as pd
 from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
 from sim.model.loops import Loop
-from sim.outputs.metrics import cluster_summary, summarize
+from sim.outputs.metrics import cluster_summary, in_key_order, summarize
 from sim.scenario import Scenario
 from sim.workload import Workload
 
@@ -60,7 +60,6 @@ def run(
     if storage_trace:
         tables["storage_trace"] = _storage_trace(sim)
     loops = _cluster_loops(sim)
-    servers = sim.servers
     aux_pools = [pool.kind for pool in sim.storage.aux]
     page_size = scenario.model.page_size
     summary = summarize(
@@ -71,13 +70,12 @@ def run(
         warmup_s=scenario.warmup_s,
         events=sim.env.events,
         wall_s=wall_s,
-        counters={"hit_query_dropped_beliefs": sum(s.hit_query_dropped_beliefs for s in servers)},
     )
     summary.update(sim.storage.counters())
-    summary.update(_summed(server.tree.counters() for server in servers))
+    summary.update(_summed(server.counters() for server in sim.servers))
     tables["instances"] = _instance_summaries(sim, tables, aux_pools, page_size)
     summary.update(cluster_summary(tables["instances"]))
-    return RunResult(scenario, summary, tables, loops)
+    return RunResult(scenario, in_key_order(summary), tables, loops)
 
 
 def _cluster_tables(sim: Simulation) -> dict[str, pd.DataFrame]:
@@ -143,12 +141,11 @@ def _instance_summaries(
             warmup_s=sim.warmup_s,
             events=0,
             wall_s=0.0,
-            counters={"hit_query_dropped_beliefs": server.hit_query_dropped_beliefs},
         )
-        row.update(server.tree.counters())
+        row.update(server.counters())
         for key in ("events", "wall_s"):
             del row[key]
-        rows.append({"instance": server.instance, **row})
+        rows.append({"instance": server.instance, **in_key_order(row)})
     return pd.DataFrame(rows)
 
 

@@ -75,9 +75,13 @@ class Server:
         for job in [*self.waiting, *self.running.values()]:
             self._record_request(job, "unfinished")
 
-    @property
-    def hit_query_dropped_beliefs(self) -> int:
-        return self.prefetcher.hit_query_dropped_beliefs
+    def counters(self) -> dict[str, int]:
+        """This server's whole-run counters for the summary (docs/metrics.md): its device
+        tree's and its prefetcher's. The record tables hold everything else a summary needs."""
+        return {
+            "hit_query_dropped_beliefs": self.prefetcher.hit_query_dropped_beliefs,
+            **self.tree.counters(),
+        }
 
     @property
     def in_flight(self) -> int:

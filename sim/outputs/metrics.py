@@ -78,6 +78,15 @@ EXTRA_KEYS = (
 WALL_CLOCK_KEYS = ("wall_s",)
 
 
+def in_key_order(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary with the contract keys first, then the extra keys, in the order of their
+    tuples (and of docs/metrics.md), then the per-pool keys as they came: one order for
+    summary.json and comparison.csv, whoever computed each key."""
+    rank = {key: i for i, key in enumerate((*SUMMARY_KEYS, *EXTRA_KEYS))}
+    last = len(rank)
+    return dict(sorted(summary.items(), key=lambda item: rank.get(item[0], last)))
+
+
 def is_summary_key(name: str) -> bool:
     """Is `name` a key a summary can have (contract, extra, or a per-pool storage or device
     counter)?"""
@@ -141,8 +150,10 @@ def summarize(
     warmup_s: float,
     events: int,
     wall_s: float,
-    counters: dict[str, int],
 ) -> dict[str, Any]:
+    """The summary keys computed from the record tables and the loops. The whole-run counters
+    the components keep (storage's, each server's device tree's and prefetcher's) are theirs to
+    report; the runner adds them."""
     req = tables["requests"]
     req = req[req["arrival_s"] >= warmup_s]
     pf = tables["prefetches"]
@@ -213,7 +224,6 @@ def summarize(
         "write_aux_failed_objects": int(sum(written[f"{p}_failed"].sum() for p in names)),
         "dropped_parent_pages": int(wr.loc[wr["verdict"] == "drop_parent", "pages"].sum()),
         "heal_dropped_beliefs": int(discarded["dropped_beliefs"].sum()),
-        "hit_query_dropped_beliefs": int(counters.get("hit_query_dropped_beliefs", 0)),
         "device_backoff_tokens": int(req["device_backoff_tokens"].sum()),
         "device_change_tokens": int(req["device_change_tokens"].sum()),
         "read_transfer_bytes": int(pf["transfer_bytes"].sum()),
