@@ -100,8 +100,10 @@ def prefetcher(
     host_pages: int = 1000,
     heal: str = "keep_pages",
     per_pool: bool = False,
+    hit_query: str = "kv_only",
 ) -> Prefetcher:
-    """A prefetcher over `storage` with a kv_only query; `per_pool` keeps SWA beliefs too."""
+    """A prefetcher over `storage` (a kv_only query unless said); `per_pool` keeps SWA beliefs
+    too."""
     aux_beliefs = {"swa": ExistenceCache(1000)} if per_pool else None
     path = WritePath(
         ExistenceCache(1000), storage, make_tree().root, buffer_only=True, aux_beliefs=aux_beliefs
@@ -113,7 +115,7 @@ def prefetcher(
         write_path=path,
         loops=LoopTracker(),
         heal=lambda op: rule(DiscardView(op, 64, storage)),
-        hit_query="kv_only",
+        hit_query=hit_query,
         policy=policy,
         timeout=PrefetchTimeout(1.0, 0.25, 64),
         threshold_pages=4,
@@ -281,6 +283,51 @@ def test_per_pool_a_stopped_prefetch_is_no_evidence_of_a_missing_object() -> Non
     assert path.pending_rewrites() == 0
 
 
+def test_a_query_answered_after_its_op_was_stopped_still_heals() -> None:
+    """The policy stopped the op while `exists` was in flight: the attempt is cancelled, stages
+    nothing, and its answer still drops the beliefs past the hit (SGLang's drain flushes the
+    absent-hash feedback of a gone or terminated operation)."""
+    p = prefetcher(make_storage({"kv": SPAN[:6]}), policy="best_effort")
+    p.write_path.believe(SPAN)
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None
+    op.terminated = True
+    assert p.query(op, 0.0) == Outcome.CANCELLED
+    assert not op.issued and p.host.prefetch_pages == 0
+    assert p.hit_query_dropped_beliefs == 4
+    assert p.write_path.existence.covers_all(SPAN[:6])
+    assert not any(key in p.write_path.existence for key in SPAN[6:])
+
+
+@pytest.mark.parametrize("outcome", [Outcome.CANCELLED, Outcome.DECLINED, Outcome.REVOKED])
+def test_an_attempt_its_policy_stopped_before_staging_is_marked_for_a_retry(
+    outcome: Outcome,
+) -> None:
+    """`check_prefetch_progress` marks the rid of a stopped operation with no host indices;
+    a discard, which had staging, arms none."""
+    p = prefetcher(make_storage({"kv": SPAN}), policy="best_effort")
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None
+    op.terminated = True
+    assert p.retry_after(op, outcome, attempts=0) == 0.1
+    assert p.retry_after(op, outcome, attempts=2) is None, "max_attempts 2"
+    assert p.retry_after(op, Outcome.DISCARDED, attempts=0) is None
+
+
+def test_per_pool_the_query_drops_aux_beliefs_past_the_pool_boundary_over_the_whole_chain() -> None:
+    """KV is stored to page 8, SWA's tail only at endpoint 4: SWA beliefs go from 5 on, the
+    ones past the KV hit too (`TrailingWindowPolicy.heal_from_query` on the whole chain)."""
+    storage = make_storage({"kv": SPAN[:8], "swa": SPAN[:4]})
+    p = prefetcher(storage, heal="none", per_pool=True, hit_query="min_of_pools")
+    path = p.write_path
+    path.believe(SPAN, {"swa": SPAN})
+    op = p.plan(1, 0, SPAN, 0.0)
+    assert op is not None and p.query(op, 0.0) is None
+    assert op.reported_pages == 4
+    assert sorted(k for k in SPAN if k in path.aux_beliefs["swa"]) == [1, 2, 3, 4]
+    assert sorted(k for k in SPAN if k in path.existence) == list(SPAN[:8])
+
+
 def test_a_fill_settles_a_heal_s_drop() -> None:
     """A heal dropped page 3; a later accepted prefetch fetched it: no rewrite is pending."""
     storage = make_storage({"kv": SPAN})
@@ -299,15 +346,13 @@ def test_an_aux_only_write_stages_its_tail_not_the_node() -> None:
     assert staged is not None and staged.staging_pages == 2 and staged.nbytes == 2
 
 
-def test_only_a_low_or_rate_limited_hit_is_retried_and_only_within_the_budget() -> None:
+def test_only_an_attempt_without_staging_is_retried_and_only_within_the_budget() -> None:
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}))
     op = PrefetchOp(0, 0, SPAN, 0.0, reported_pages=10)
     assert [p.retry_after(op, Outcome.REVOKED, n) for n in range(3)] == [0.1, 0.1, None]
     assert [p.retry_after(op, Outcome.DECLINED, n) for n in range(3)] == [0.1, 0.1, None]
-    for outcome in (Outcome.SUCCESS, Outcome.DISCARDED, Outcome.CANCELLED):
+    for outcome in (Outcome.SUCCESS, Outcome.DISCARDED):
         assert p.retry_after(op, outcome, 0) is None
-    stopped = PrefetchOp(0, 0, SPAN, 0.0, terminated=True)
-    assert p.retry_after(stopped, Outcome.DECLINED, 0) is None
     too_big = PrefetchOp(0, 0, SPAN, 0.0, reported_pages=1000)
     assert p.retry_after(too_big, Outcome.DECLINED, 0) is None
     p.retry = RetryBudget(max_attempts=2, interval_s=0.0)

@@ -1,10 +1,10 @@
 """Retries of missed prefetches (SGLang's StoragePrefetchRetries and pending_hit_allocs).
 
-A miss (a hit below the threshold, a rate-limited hit in cache mode) is re-issued for a request
-still queued, at most `prefetch.retry.max_attempts` times, never for the queue head, never for a
-span that has become shorter than the threshold, never after a discard or a policy stop, never for
-a hit that could never be staged. In buffer_only mode a rate-limited hit is parked until staging
-frees instead of being declined.
+A miss (a hit below the threshold, a rate-limited hit in cache mode, an attempt its policy
+stopped before staging) is re-issued for a request still queued, at most
+`prefetch.retry.max_attempts` times, never for the queue head, never for a span that has become
+shorter than the threshold, never after a discard, never for a hit that could never be staged.
+In buffer_only mode a rate-limited hit is parked until staging frees instead of being declined.
 """
 
 from __future__ import annotations
@@ -162,7 +162,9 @@ def test_buffer_mode_parks_a_rate_limited_hit_and_cache_mode_declines_it() -> No
     assert declined.summary["prefetch_declined"] > 0
 
 
-def test_a_parked_hit_stopped_by_its_policy_is_declined_and_not_retried() -> None:
+def test_a_parked_hit_stopped_by_its_policy_is_declined_and_its_admitted_request_not_retried():
+    """The policy stops a parked hit when its request is admitted: the miss is marked, but a
+    mark is moot for an admitted request (SGLang's `pop_prefetch_loaded_tokens` drops it)."""
     result = run(make_scenario(**PRESSED))
     pf = result.tables["prefetches"]
     declined = pf[pf["outcome"] == "declined"]

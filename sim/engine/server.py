@@ -153,11 +153,7 @@ class Server:
     def prefetching(self, job: Job, op: PrefetchOp) -> Generator[simpy.Event, Any, None]:
         env, prefetcher = self.env, self.prefetcher
         yield env.timeout(self.storage.exists_s(len(op.span)))
-        outcome = (
-            Outcome.CANCELLED
-            if op.terminated
-            else prefetcher.query(op, env.now, queue_empty=not self.parked)
-        )
+        outcome = prefetcher.query(op, env.now, queue_empty=not self.parked)
         if outcome == Outcome.DECLINED and (yield from self._parked(op)):
             outcome = None
         if outcome is not None:

@@ -165,10 +165,12 @@ class Outcome(StrEnum):
     """The policy stopped the attempt before the hit query answered."""
 
 
-RETRIED_OUTCOMES = frozenset({Outcome.REVOKED, Outcome.DECLINED})
-"""Misses a retry re-arms: a hit below the threshold (the needed backup may not have committed
-yet) and a rate-limited hit. A span shorter than the threshold gets no prefetch, hence no
-retry, and a discard sets none."""
+RETRIED_OUTCOMES = frozenset({Outcome.REVOKED, Outcome.DECLINED, Outcome.CANCELLED})
+"""Misses a retry re-arms: every attempt that ended without host staging (SGLang marks the rid
+in `_storage_prefetch_missed_rids` for a hit below the threshold, whose backup may not have
+committed yet, a rate-limited hit, and an op its policy stopped before staging, in
+`check_prefetch_progress`). A span shorter than the threshold gets no prefetch, hence no
+retry, and a discard sets none. The mark is moot once the request is admitted."""
 
 
 @dataclass(frozen=True)
@@ -231,16 +233,21 @@ class Prefetcher:
         return PrefetchOp(rid, start_page, tuple(span), now_s, attempt)
 
     def query(self, op: PrefetchOp, now_s: float, *, queue_empty: bool = True) -> Outcome | None:
-        """Ask storage for the hit and stage it: 'revoked' when the hit is below the threshold,
+        """Ask storage for the hit and stage it: 'cancelled' when the policy stopped the op
+        while the query was in flight, 'revoked' when the hit is below the threshold,
         'declined' when staging is rate-limited or other hits wait for it (`queue_empty`
         false; the op may then park, see `may_park`), None when reads may start.
 
         The beliefs past the reported hit are dropped here (the hit-query heal; a no-op where
-        the existence cache is not used).
+        the existence cache is not used), also for a stopped op: the answer lands whether or
+        not anyone still waits for it (SGLang's `_drain_and_alloc_storage_hit` flushes it for
+        a gone request, and `revoke_pending_prefetch` for a terminated one).
         """
         hit = self.hit_query(self.storage, op.span, now_s)
         self.storage.touch_queried(op.span, now_s)
         self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
+        if op.terminated:
+            return Outcome.CANCELLED
         if hit < self.threshold_pages:
             return Outcome.REVOKED
         op.reported_pages = hit
@@ -262,11 +269,10 @@ class Prefetcher:
 
     def retry_after(self, op: PrefetchOp, outcome: Outcome, attempts: int) -> float | None:
         """Seconds until a missed prefetch is re-issued, or None when it is not retried: not
-        after an op its policy stopped (SGLang revokes those without marking a miss), not for a
-        hit that could never be staged (asking again gets the same answer), and never with an
-        interval of 0 (as SGLang's poll interval 0)."""
+        for a hit that could never be staged (asking again gets the same answer), and never
+        with an interval of 0 (as SGLang's poll interval 0)."""
         retry = self.retry
-        if outcome not in RETRIED_OUTCOMES or op.terminated or retry.interval_s <= 0:
+        if outcome not in RETRIED_OUTCOMES or retry.interval_s <= 0:
             return None
         if attempts >= retry.max_attempts:
             return None
@@ -277,11 +283,11 @@ class Prefetcher:
     def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float) -> int:
         """Drop the beliefs the query contradicts; returns how many.
 
-        KV-only beliefs: those past the reported hit. Per-pool beliefs: KV's past the KV hit
-        and each aux pool's between its own boundary and the KV hit (the query says nothing
-        about aux objects beyond the KV hit), and the KV chain up to the KV hit is believed
-        (SGLang's ChainPagesPolicy.heal_from_query; tail-keyed pools only learn from writes and
-        fills).
+        KV-only beliefs: those past the reported hit. Per-pool beliefs: KV's past the KV hit,
+        and the KV chain up to it is believed (SGLang's `ChainPagesPolicy.heal_from_query`);
+        each aux pool's past its own boundary over the whole queried chain, beyond the KV hit
+        too (`TrailingWindowPolicy.heal_from_query` invalidates `chain[hit_pages:]`; a
+        tail-keyed pool only learns presence from writes and fills).
         """
         path = self.write_path
         if not path.per_pool:
@@ -292,8 +298,7 @@ class Prefetcher:
         path.believe(span[:kv_hit])
         if self.aux_evidence:
             for pool in self.storage.aux:
-                examined = span[:kv_hit]
-                dropped += len(path.forget_beyond(examined, bounds[pool.name], pool.name))
+                dropped += len(path.forget_beyond(span, bounds[pool.name], pool.name))
         return dropped
 
     def kv_batches(self, op: PrefetchOp) -> Iterator[tuple[int, ...]]:
