@@ -285,8 +285,10 @@ class RandomSpec(RouterSpec):
 
 class PowerOfTwoSpec(RouterSpec):
     policy: Literal["power_of_two"] = "power_of_two"
-    load_poll_interval_s: PositiveFloat = 30.0
-    """How often the gateway polls each server's load (tokens in flight)."""
+    load_poll_interval_s: PositiveFloat = 10.0
+    """How often the gateway polls each server's load (tokens in flight): the Python
+    launcher's `--worker-load-check-interval` (`RouterArgs.worker_load_check_interval` 10, as
+    `RouterConfig::default()`; the Rust binary's own flag defaults to 1)."""
 
     def build(self, servers: int, page_size: int, rng: np.random.Generator) -> Router:
         return PowerOfTwo(servers, self.load_poll_interval_s, rng)

@@ -167,3 +167,13 @@ def test_each_router_spec_holds_only_its_own_knobs() -> None:
         make_scenario(**{"cluster.router.policy": "cache_awre"})
     assert misspelt.value.key == "cluster.router.policy"
     assert "did you mean 'cache_aware'" in str(misspelt.value)
+
+
+def test_power_of_two_polls_loads_as_often_as_the_gateway_s_python_launcher() -> None:
+    """`RouterArgs.worker_load_check_interval` is 10 s (the load monitor's period)."""
+    r = router("power_of_two", 2)
+    loads = [Load(load_tokens=100), Load(load_tokens=5)]
+    assert r.route(request(chain(1, 4)), loads, 0.0) == 1
+    loads[1].load_tokens = 1000
+    assert r.route(request(chain(1, 4)), loads, 9.9) == 1
+    assert r.route(request(chain(1, 4)), loads, 10.0) == 0
