@@ -154,6 +154,7 @@ class Scenario(Strict):
                     else f"the model has a {kind.name} pool"
                 )
                 raise KeyedError(f"device.{key}", f"required because {why}")
+        self._check_host_staging()
         for name in pools:
             tokens = getattr(self.model.pool_spec(name), "checkpoint_tokens", None)
             if tokens is not None and tokens % self.model.page_size:
@@ -177,6 +178,26 @@ class Scenario(Strict):
                 if where.startswith("sweep.variants.") and key in self.sweep.grid:
                     raise KeyedError(where, f"{key} is also swept by sweep.grid; set it once")
         return self
+
+    def _check_host_staging(self) -> None:
+        """An aux pool's host staging must exist for its pool and, in buffer_only mode, hold
+        two windows: one staging a write while one stays for a prefetch (SGLang's
+        `validate_buffer_only_stack` refuses to start otherwise)."""
+        for kind in POOL_KINDS.values():
+            pages = self.host.staging_pages(kind.name)
+            spec = self.model.pool_spec(kind.name)
+            if not kind.stages_on_host or pages is None or spec is None:
+                continue
+            key = f"host.{kind.name}_pages"
+            window = spec.tail_pages(self.model.page_size)
+            if self.host.mode == "buffer_only" and window is not None and pages < 2 * window:
+                raise KeyedError(
+                    key,
+                    f"SGLang refuses buffer_only mode with a host {kind.name} pool of less than "
+                    f"two windows ({2 * window} pages of {self.model.page_size} tokens; "
+                    f"got {pages}): one stages a write while one stays for prefetch windows "
+                    "(validate_buffer_only_stack)",
+                )
 
     def _swept_keys(self) -> Iterator[tuple[str, str]]:
         """(where it is set, dotted key) for every key the sweep sets."""

@@ -114,6 +114,11 @@ class HostSpec(Strict):
     mode: Literal["buffer_only", "cache"] = "buffer_only"
     pages: PositiveInt
     """Host pool pages; when left out, `hicache_ratio` x `device.kv_pages` (SGLang's rule)."""
+    swa_pages: PositiveInt | None = None
+    """The SWA pool's host staging pages (buffer_only mode: each prefetch's window and each
+    write's tails); when left out, `hicache_ratio` x `device.swa_pages`, the rule SGLang sizes
+    every host pool by. SGLang refuses fewer than two windows in buffer_only mode. Ignored
+    without an SWA pool."""
     hicache_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1e3)] | None = None
     """SGLang's --hicache-ratio: null is its default, 2.0 in cache mode and 1.2 in buffer_only
     mode. Used only to derive a `pages` the scenario leaves out."""
@@ -129,6 +134,10 @@ class HostSpec(Strict):
     layout."""
     copy_overhead_us: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
     """What each copy of `direct` io costs beyond its bytes (a GPU profile gives it)."""
+
+    def staging_pages(self, pool: str) -> int | None:
+        """Host staging pages of an aux pool that stages through its own (`<pool>_pages`)."""
+        return cast("int | None", getattr(self, f"{pool}_pages", None))
 
 
 class StoragePoolSpec(Strict):
@@ -237,7 +246,8 @@ class ServerSpec(Strict):
     server refuses to start with is bad input."""
     tp_size: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
     """Tensor parallelism: sizes one rank's share of the weights and heads when the device is
-    sized from `hardware` (the simulated server is one rank)."""
+    sized from `hardware` (device and host figures are one rank's), and makes each page that
+    many shards in storage, one per rank, each with its own failure draws."""
     mem_fraction_static: Annotated[float, Field(strict=True, gt=0.0, lt=1.0)] | None = None
     """SGLang's --mem-fraction-static; null: SGLang's rule from the GPU's memory."""
     swa_full_tokens_ratio: Annotated[float, Field(strict=True, gt=0.0, le=16.0)] = 0.8

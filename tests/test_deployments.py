@@ -186,8 +186,11 @@ def test_the_scenario_wins_over_every_profile_and_says_so() -> None:
 
 
 def test_a_scenario_without_profiles_is_unchanged_by_them() -> None:
+    """Only SGLang's own sizing rule fills what the document left out (the host SWA pool)."""
     plain = build_scenario(make_doc())
-    assert plain.sources.from_profiles() == {}
+    assert plain.sources.from_profiles() == {
+        "host.swa_pages": "derived: host SWA pool = 1.2 x the device SWA pool (--hicache-ratio)"
+    }
     assert plain.server.sglang is None and plain.hardware.memory_mib is None
 
 

@@ -254,8 +254,10 @@ def test_a_pool_kind_name_must_be_usable_as_a_key(name: str) -> None:
 
 def test_scenario_validates_against_the_registries_too() -> None:
     """`sim.Scenario.model_validate` is the schema of the registries, not the loose base."""
-    scenario = Scenario.model_validate(make_doc())
-    assert scenario == make_scenario() and scenario.model.pools == ("kv", "swa")
+    doc = make_doc(**{"host.swa_pages": 2401})
+    scenario = Scenario.model_validate(doc)
+    assert scenario == make_scenario(**{"host.swa_pages": 2401})
+    assert scenario.model.pools == ("kv", "swa")
     with pytest.raises(ValidationError):
         Scenario.model_validate(make_doc(heal="not_registered"))
     assert Scenario.model_json_schema() == scenario_model().model_json_schema()

@@ -472,7 +472,7 @@ def test_a_put_of_a_stored_key_is_skipped_and_succeeds_even_when_a_write_would_f
     pool.put_fail_prob = 0.0
     pool.put([1, 2], 0.0)
     pool.put_fail_prob = 1.0
-    assert pool.to_write([1, 2, 3], 1.0) == 1
+    assert pool.to_write([1, 2, 3], 1.0) == (1, 1)
     assert pool.put([1, 2, 3], 1.0) == [True, True, False]
     assert stored(pool, range(5)) == {1, 2} and pool.put_hits == 2 and pool.put_inserts == 2
 
@@ -492,7 +492,7 @@ def test_a_randomly_evicted_object_still_exists_for_the_ttl() -> None:
     assert pool.exists(7, 12.0) and pool.leading_run([7, 8], 12.0) == 1
     assert not pool.exists(7, 15.0) and pool.leading_run([7], 15.0) == 0
     assert pool.put([7], 12.0) == [True] and 7 not in pool, "the backend skips the rewrite"
-    assert pool.to_write([7], 12.0) == 0 and pool.to_write([7], 15.0) == 1
+    assert pool.to_write([7], 12.0) == (0, 0) and pool.to_write([7], 15.0) == (1, 1)
 
 
 def test_a_failed_read_clears_the_stale_positive() -> None:

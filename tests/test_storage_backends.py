@@ -83,10 +83,10 @@ def test_a_high_watermark_evicts_a_share_of_the_objects_at_once() -> None:
 def test_without_dedup_a_stored_key_is_written_again_and_may_fail() -> None:
     dedup = pool(capacity=None)
     dedup.put([1, 2], 0.0)
-    assert dedup.to_write([1, 2, 3], 0.0) == 1
+    assert dedup.to_write([1, 2, 3], 0.0) == (1, 1)
     rewrite = StoragePool("kv", 10, None, 0.0, 0.0, np.random.default_rng(0), write_dedup=False)
     assert rewrite.put([1, 2], 0.0) == [True, True]
-    assert rewrite.to_write([1, 2, 3], 0.0) == 3
+    assert rewrite.to_write([1, 2, 3], 0.0) == (3, 3)
     rewrite.put_fail_prob = 1.0
     assert rewrite.put([1, 3], 1.0) == [False, False]
     assert kept(rewrite) == [1, 2]

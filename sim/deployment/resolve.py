@@ -219,7 +219,29 @@ class Derivation:
                 host_pages(kv_pages, self.page_size, ratio),
                 f"host pool = {ratio:g} x the device KV pool (--hicache-ratio)",
             )
+        self.host_swa_pool()
         return problems
+
+    def host_swa_pool(self) -> None:
+        """buffer_only mode stages SWA windows through a host SWA pool that SGLang sizes as
+        every host pool: `--hicache-ratio` x the device pool (`HostKVCache`)."""
+        swa_pages = self.value("device.swa_pages")
+        if (
+            self.value("host.mode") != "buffer_only"
+            or not isinstance(self.model, dict)
+            or not isinstance(self.model.get("swa"), dict)
+            or not _number(swa_pages)
+            or has(self.doc, "host.swa_pages")
+        ):
+            return
+        ratio = self.value("host.hicache_ratio")
+        if not _number(ratio):
+            ratio = hicache_ratio_default("buffer_only")
+        self.fill(
+            "host.swa_pages",
+            host_pages(swa_pages, self.page_size, ratio),
+            f"host SWA pool = {ratio:g} x the device SWA pool (--hicache-ratio)",
+        )
 
     @property
     def page_size(self) -> int:

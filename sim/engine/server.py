@@ -120,9 +120,9 @@ class Server:
         self.tree.lock(match.host_node)
         self.tree.touch(match.host_node, now)
         job.op = self.prefetcher.plan(req.rid, match.host_pages, prompt[match.host_pages :], now)
-        if job.op is not None:
-            self.env.process(self.prefetching(job, job.op))
         self.waiting.append(job)
+        if job.op is not None:
+            self._issue(job, job.op)
         self.poke()
 
     def retrying(self, job: Job, delay_s: float) -> Generator[simpy.Event, Any, None]:
@@ -146,7 +146,14 @@ class Server:
         tree.unlock(job.lock_node)
         job.lock_node = match.host_node
         job.op = op
-        self.env.process(self.prefetching(job, op))
+        self._issue(job, op)
+
+    def _issue(self, job: Job, op: PrefetchOp) -> None:
+        """Start a planned prefetch, or forfeit it when an aux staging window does not fit."""
+        if self.prefetcher.take_windows(op):
+            self.env.process(self.prefetching(job, op))
+        else:
+            self._missed(job, op, Outcome.FORFEITED)
 
     # ------------------------------------------------------------------ prefetch IO
 
@@ -159,7 +166,7 @@ class Server:
         if outcome is not None:
             self._missed(job, op, outcome)
             return
-        kv_bytes = self.storage.kv.object_bytes
+        kv_bytes = self.storage.kv.page_bytes
         for batch in prefetcher.kv_batches(op):
             yield from self._read(op, len(batch) * kv_bytes)
             if op.terminated or not prefetcher.read_kv(op, batch, env.now):
@@ -167,7 +174,7 @@ class Server:
         for transfer in prefetcher.aux_reads(op):
             if op.terminated:
                 break
-            nbytes = len(transfer.keys or ()) * self.storage.pools[transfer.pool].object_bytes
+            nbytes = len(transfer.keys or ()) * self.storage.pools[transfer.pool].page_bytes
             yield from self._read(op, nbytes)
             if op.terminated:
                 break
@@ -209,6 +216,9 @@ class Server:
         """An op that ended before reading: record it and arm a retry if one is due."""
         op.done = True
         job.prefetch_outcome = outcome
+        if op.staged_windows:
+            self.prefetcher.release_windows(op)
+            self._poke_host_freed()
         self._record_prefetch(job, op, outcome, ())
         delay_s = self.prefetcher.retry_after(op, outcome, job.retries)
         if delay_s is not None and job.admitted_s is None:
@@ -387,22 +397,47 @@ class Server:
             if staged is None:
                 self.records.add_write(WriteRecord.skipped(env.now, node_id, pages, "stale"))
                 continue
-            staging_pages = 0
+            staging_pages, windows = 0, {}
             if self.model.buffer_only:
                 staging_pages = min(staged.staging_pages, host.capacity_pages)
-                while not host.alloc_backup(staging_pages):
+                windows = self._write_windows(staged.aux_keys)
+                while not self._take_write_staging(staging_pages, windows):
                     yield self._host_freed_event()
                 yield env.timeout(self.model.timing.staging_s(staged))
             yield from self.write_link.transfer(staged.write_bytes)
             ack = self.write_path.acknowledge(staged, env.now)
-            if staging_pages:
+            if staging_pages or windows:
                 host.free_backup(staging_pages)
+                for name, tail_pages in windows.items():
+                    self.prefetcher.aux_staging[name].free_backup(tail_pages)
                 self._poke_host_freed()
             self.records.add_write(
                 WriteRecord.written(env.now, node_id, pages, staged, ack),
                 staged.aux_keys,
                 ack.aux_ok,
             )
+
+    def _write_windows(self, aux_keys: dict[str, tuple[int, ...]]) -> dict[str, int]:
+        """Aux staging pages a write takes, per staging pool: its tail keys, at most what
+        writes may use of the pool (a write needing more stages as if it fitted)."""
+        staging = self.prefetcher.aux_staging
+        return {
+            name: min(len(keys), staging[name].write_limit_pages)
+            for name, keys in aux_keys.items()
+            if name in staging and keys
+        }
+
+    def _take_write_staging(self, kv_pages: int, windows: dict[str, int]) -> bool:
+        """Stage a write: host pages for its KV, and its aux tails where each pool keeps its
+        loads margin free (SGLang waits at the head of the write queue otherwise)."""
+        staging = self.prefetcher.aux_staging
+        if any(staging[name].write_blocked(pages) for name, pages in windows.items()):
+            return False
+        if not self.host.alloc_backup(kv_pages):
+            return False
+        for name, pages in windows.items():
+            staging[name].alloc_backup(pages)
+        return True
 
     # ------------------------------------------------------------------ time series
 

@@ -321,9 +321,9 @@ class WritePath:
         nbytes = len(kv_pages) * kv.object_bytes + sum(
             len(keys) * pools[name].object_bytes for name, keys in aux_keys.items()
         )
-        kv_to_write = kv.to_write(kv_pages, now_s)
-        write_bytes = kv_to_write * kv.object_bytes + sum(
-            pools[name].to_write(keys, now_s) * pools[name].object_bytes
+        kv_to_write, kv_shards = kv.to_write(kv_pages, now_s)
+        write_bytes = kv_shards * kv.object_bytes + sum(
+            pools[name].to_write(keys, now_s)[1] * pools[name].object_bytes
             for name, keys in aux_keys.items()
         )
         return StagedWrite(intent, aux_keys, nbytes, write_bytes, kv_to_write, len(kv_pages))

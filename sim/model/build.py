@@ -18,7 +18,7 @@ from sim.heal import RULES, DiscardView
 from sim.model.backup import StagedWrite, WritePath
 from sim.model.components import AuxDevice
 from sim.model.existence import ExistenceCache
-from sim.model.host import HostPool
+from sim.model.host import AuxStaging, HostPool
 from sim.model.loops import LoopTracker
 from sim.model.pools import (
     EVICTION_STREAM,
@@ -216,6 +216,17 @@ def build_storage(
     return storage, evictions
 
 
+def aux_staging(scenario: Scenario, aux: list[Pool]) -> list[AuxStaging]:
+    """The host staging pools of the aux pools that stage through their own (SWA), sized by
+    `host.<pool>_pages`."""
+    staging = []
+    for pool in aux:
+        pages = scenario.host.staging_pages(pool.name)
+        if pool.kind.stages_on_host and pool.tail_pages is not None and pages is not None:
+            staging.append(AuxStaging(pool.name, pages, pool.tail_pages))
+    return staging
+
+
 def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> ServerModel:
     """One server over `storage`: its device tree, host pool, beliefs, write path and
     prefetcher, configured by the scenario (every server of a cluster alike)."""
@@ -276,6 +287,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         threshold_pages=-(-threshold_tokens // page_size),
         retry=RetryBudget(prefetch.retry.max_attempts, prefetch.retry.interval_s),
         client=instance,
+        aux_staging=aux_staging(scenario, aux) if buffer_only else (),
     )
     copies = {name: scenario.model.pool_spec(name).host_copies() for name in pools}  # type: ignore[union-attr]
     timing = Timing(
@@ -307,7 +319,8 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
 def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
     spec = scenario.storage_pool(pool.name)
     size = pool.object_bytes
-    capacity = None if spec.capacity_gb is None else int(spec.capacity_gb * GB // size)
+    ranks = scenario.server.tp_size
+    capacity = None if spec.capacity_gb is None else int(spec.capacity_gb * GB // (size * ranks))
     return StoragePool(
         pool.name,
         size,
@@ -321,4 +334,5 @@ def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
         high_watermark=scenario.storage.eviction_high_watermark_ratio,
         evict_ratio=scenario.storage.eviction_ratio,
         write_dedup=scenario.storage.write_dedup,
+        ranks=ranks,
     )

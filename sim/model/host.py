@@ -6,6 +6,8 @@ prefetch_rate_limited); `cache` mode declines it. In `cache` mode host copies li
 tree and share the same page budget, and a prefetch that does not fit evicts host-only copies,
 least recently used first, before it gives up (SGLang's `evict_host` when the host allocation of
 a prefetch fails).
+
+In `buffer_only` mode an SWA pool also stages through a host pool of its own (`AuxStaging`).
 """
 
 from __future__ import annotations
@@ -72,6 +74,64 @@ class HostPool:
             return False
         self.backup_pages += pages
         return True
+
+    def free_backup(self, pages: int) -> None:
+        self.backup_pages -= pages
+
+
+@dataclass
+class AuxStaging:
+    """An aux pool's host staging pool in `buffer_only` mode (SGLang's per-pool host pool of the
+    `HostPoolGroup`; the SWA pool is the one that stages through it).
+
+    A prefetch takes its trailing window here when it is issued, before the hit query, and
+    holds it until its request is admitted (`SWAComponent.prepare_prefetch`); when the window
+    does not fit, the whole fetch is forfeited. A write takes its node's tail pages, but only
+    while a loads margin stays free (`_aux_budget_blocked`), so a burst of writes cannot take
+    the last window a prefetch needs.
+    """
+
+    pool: str
+    capacity_pages: int
+    window_pages: int
+    prefetch_pages: int = 0
+    backup_pages: int = 0
+
+    @property
+    def free_pages(self) -> int:
+        return self.capacity_pages - self.prefetch_pages - self.backup_pages
+
+    @property
+    def loads_margin_pages(self) -> int:
+        """Pages writes leave to loads: one window, or a tenth of the pool if more
+        (`_aux_loads_margin`)."""
+        return max(self.window_pages, self.capacity_pages // 10)
+
+    @property
+    def write_limit_pages(self) -> int:
+        """The most one write may stage: the pool less the loads margin (`_backup_oversize`)."""
+        return self.capacity_pages - self.loads_margin_pages
+
+    def prefetch_window(self, span_pages: int) -> int:
+        """Pages a prefetch of this span takes: a window, or the whole span when shorter (in
+        buffer_only mode the device prefix holds the rest of the window)."""
+        return min(self.window_pages, span_pages)
+
+    def alloc_prefetch(self, pages: int) -> bool:
+        if pages > self.free_pages:
+            return False
+        self.prefetch_pages += pages
+        return True
+
+    def free_prefetch(self, pages: int) -> None:
+        self.prefetch_pages -= pages
+
+    def write_blocked(self, pages: int) -> bool:
+        """Would staging `pages` for a write eat into the loads margin?"""
+        return pages > self.free_pages - self.loads_margin_pages
+
+    def alloc_backup(self, pages: int) -> None:
+        self.backup_pages += pages
 
     def free_backup(self, pages: int) -> None:
         self.backup_pages -= pages

@@ -129,6 +129,9 @@ class PoolKind:
     residency: Residency
     stream_id: int
     """Random streams: faults use (stream_id,), backend evictions (EVICTION_STREAM, stream_id)."""
+    stages_on_host: bool = False
+    """In buffer_only mode its prefetch windows and write tails take host staging of their own
+    (`host.<name>_pages`; SGLang's SWA host pool)."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9]*", self.name) or self.name in _TAKEN_NAMES:
@@ -166,7 +169,9 @@ def register_pool_kind(kind: PoolKind) -> PoolKind:
 
 
 register_pool_kind(PoolKind(KV, KVPoolSpec, Residency.PAGE_VALUES, stream_id=1))
-register_pool_kind(PoolKind("swa", SWAPoolSpec, Residency.PAGE_VALUES, stream_id=2))
+register_pool_kind(
+    PoolKind("swa", SWAPoolSpec, Residency.PAGE_VALUES, stream_id=2, stages_on_host=True)
+)
 register_pool_kind(PoolKind("mamba", MambaPoolSpec, Residency.END_STATE, stream_id=3))
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sim.model.backup import WritePath
-from sim.model.host import HostPool
+from sim.model.host import AuxStaging, HostPool
 from sim.model.loops import LoopTracker
 from sim.model.pools import KV, Pool
 from sim.model.storage import AUX_BLIND_QUERIES, HIT_QUERIES, STORAGE_BATCH_PAGES, Storage
@@ -64,6 +64,8 @@ class PrefetchOp:
     whole batch)."""
     cross_instance_pages: int = 0
     """KV pages read from objects another server of the cluster stored."""
+    staged_windows: dict[str, int] = field(default_factory=dict)
+    """Host staging pages each aux pool's window took when the op was issued."""
 
     @property
     def issued(self) -> bool:
@@ -163,14 +165,20 @@ class Outcome(StrEnum):
     """Host staging for loads was saturated: not issued."""
     CANCELLED = "cancelled"
     """The policy stopped the attempt before the hit query answered."""
+    FORFEITED = "forfeited"
+    """An aux pool's host staging window could not be taken when the prefetch was issued: the
+    whole fetch was given up before the hit query (`log_prefetch_aux_alloc_failed_tokens`)."""
 
 
-RETRIED_OUTCOMES = frozenset({Outcome.REVOKED, Outcome.DECLINED, Outcome.CANCELLED})
+RETRIED_OUTCOMES = frozenset(
+    {Outcome.REVOKED, Outcome.DECLINED, Outcome.CANCELLED, Outcome.FORFEITED}
+)
 """Misses a retry re-arms: every attempt that ended without host staging (SGLang marks the rid
 in `_storage_prefetch_missed_rids` for a hit below the threshold, whose backup may not have
-committed yet, a rate-limited hit, and an op its policy stopped before staging, in
-`check_prefetch_progress`). A span shorter than the threshold gets no prefetch, hence no
-retry, and a discard sets none. The mark is moot once the request is admitted."""
+committed yet, a rate-limited hit, a fetch forfeited over its aux staging window, and an op its
+policy stopped before staging, in `check_prefetch_progress`). A span shorter than the
+threshold gets no prefetch, hence no retry, and a discard sets none. The mark is moot once the
+request is admitted."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +209,7 @@ class Prefetcher:
         threshold_pages: int,
         retry: RetryBudget,
         client: int = 0,
+        aux_staging: Sequence[AuxStaging] = (),
     ) -> None:
         self.storage = storage
         self.client = client
@@ -223,6 +232,8 @@ class Prefetcher:
         pending_hit_allocs; cache mode declines it) and lets a short mid-tree span ask for its
         own tail pages."""
         self.hit_query_dropped_beliefs = 0
+        self.aux_staging = {staging.pool: staging for staging in aux_staging}
+        """buffer_only mode: the host staging pools of the aux pools that stage (SWA)."""
 
     def plan(
         self, rid: int, start_page: int, span: Sequence[int], now_s: float, attempt: int = 0
@@ -231,6 +242,24 @@ class Prefetcher:
         if len(span) < self.threshold_pages:
             return None
         return PrefetchOp(rid, start_page, tuple(span), now_s, attempt)
+
+    def take_windows(self, op: PrefetchOp) -> bool:
+        """Take each staging aux pool's window for the op as it is issued; False, taking
+        nothing, when one does not fit: the fetch is forfeited (SGLang's
+        `prefetch_from_storage`, where `prepare_prefetch` fails the whole fetch)."""
+        for name, staging in self.aux_staging.items():
+            pages = staging.prefetch_window(len(op.span))
+            if not staging.alloc_prefetch(pages):
+                self.release_windows(op)
+                return False
+            op.staged_windows[name] = pages
+        return True
+
+    def release_windows(self, op: PrefetchOp) -> None:
+        """Give back the op's aux staging windows (its request admitted, or the op missed)."""
+        for name, pages in op.staged_windows.items():
+            self.aux_staging[name].free_prefetch(pages)
+        op.staged_windows.clear()
 
     def query(self, op: PrefetchOp, now_s: float, *, queue_empty: bool = True) -> Outcome | None:
         """Ask storage for the hit and stage it: 'cancelled' when the policy stopped the op
@@ -328,7 +357,7 @@ class Prefetcher:
         pool = self.storage.pools[transfer.pool]
         transfer.hit_pages = pool.get(transfer.keys, now_s, self.client)
         transfer.read = True
-        op.aux_read_bytes += transfer.hit_pages * pool.object_bytes
+        op.aux_read_bytes += transfer.hit_pages * pool.page_bytes
 
     def may_stop_at(self, op: PrefetchOp) -> float:
         """The termination policy: when the scheduler may stop this op."""
@@ -344,6 +373,7 @@ class Prefetcher:
         op.terminated = op.terminated or not op.done
         span = op.hit_span
         self.host.free_prefetch(op.hit_pages)
+        self.release_windows(op)
         if hybrid_check(op) or (not op.aux and op.completed_pages > 0):
             loaded = op.completed_pages
             fills = {t.pool: t.keys for t in op.aux if t.keys is not None}
@@ -390,4 +420,4 @@ class Prefetcher:
 
     def read_bytes(self, op: PrefetchOp) -> int:
         """Bytes this op read from storage (KV and aux)."""
-        return op.kv_read_pages * self.storage.kv.object_bytes + op.aux_read_bytes
+        return op.kv_read_pages * self.storage.kv.page_bytes + op.aux_read_bytes

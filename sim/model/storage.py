@@ -80,6 +80,12 @@ class StoragePool:
     write_dedup: bool = True
     """A put of a key `exists` reports is skipped (the file, hf3fs and Mooncake backends);
     without it the key is written again and may fail like any put (nixl)."""
+    ranks: int = 1
+    """Tensor-parallel ranks that each store their own shard of every page, under their own
+    key (SGLang's file and nixl backends suffix keys with the rank, Mooncake with
+    `_{tp_rank}_k`, HF3FS keeps a file per rank). A key is stored when every rank's shard is:
+    the hit query, the reads and the completions are MIN-reduced across ranks, so one rank's
+    missing shard hides the page from all. `object_bytes` is one shard."""
 
     def __post_init__(self) -> None:
         if self.eviction not in EVICTION_ORDERS:
@@ -94,6 +100,11 @@ class StoragePool:
         )
         self._objects: dict[int, int] = {} if self._lru is None else self._lru
         """Stored object -> the server (instance) that stored it."""
+        self._full_mask = (1 << self.ranks) - 1
+        self._shards: dict[int, int] = {}
+        """Keys some ranks stored and others failed to -> the bit mask of the ranks that hold
+        a shard (tensor parallelism). Such shards take no room in the LRU and are never
+        evicted: the simplification costs at most the failed puts' shards."""
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -107,7 +118,14 @@ class StoragePool:
 
     @property
     def stored_bytes(self) -> int:
-        return len(self._objects) * self.object_bytes
+        shards = len(self._objects) * self.ranks
+        shards += sum(mask.bit_count() for mask in self._shards.values())
+        return shards * self.object_bytes
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one page over all ranks: what a read or a write of it moves."""
+        return self.object_bytes * self.ranks
 
     def exists(self, key: int, now_s: float) -> bool:
         """What the backend's `exists` answers: stored, or removed by a backend-side eviction
@@ -150,18 +168,22 @@ class StoragePool:
             e = j
         return 0
 
-    def to_write(self, keys: Sequence[int], now_s: float) -> int:
-        """How many of these keys a put would really write (the others the backend skips).
+    def to_write(self, keys: Sequence[int], now_s: float) -> tuple[int, int]:
+        """How many of these keys a put would really write (the others the backend skips), and
+        how many shards that is over the ranks (each rank skips the shard it already holds).
         The check is an `exists` call: under lease eviction it refreshes what it finds."""
         if not self.write_dedup:
-            return len(keys)
+            return len(keys), len(keys) * self.ranks
         objects = self._objects
         if self._lease:
             self.touch(keys)
         absent = [key for key in keys if key not in objects]
         if self._stale:
-            return sum(1 for key in absent if not self.exists(key, now_s))
-        return len(absent)
+            absent = [key for key in absent if not self.exists(key, now_s)]
+        shards = len(absent) * self.ranks
+        if self._shards:
+            shards -= sum(self._shards.get(key, 0).bit_count() for key in absent)
+        return len(absent), shards
 
     def touch(self, keys: Iterable[int]) -> None:
         """Refresh the stored keys among these (an `exists` call under lease eviction)."""
@@ -182,6 +204,8 @@ class StoragePool:
         """
         objects, lru = self._objects, self._lru
         fails = self._draws(len(keys), self.get_fail_prob)
+        if fails is not None and self.ranks > 1:
+            fails = np.asarray(fails.any(axis=1))
         log = self.access_log
         for i, key in enumerate(keys):
             if key not in objects:
@@ -213,7 +237,9 @@ class StoragePool:
         before they write: HiCacheFile.set logs "already exists. Skipped.", Mooncake asks
         `batch_is_exist`); a stored one is refreshed, a stale positive stays missing. Every other
         key may fail independently, and then nothing is stored for it. One failure draw is taken
-        per key offered, used or not, so which keys exist never moves later draws.
+        per key (and rank) offered, used or not, so which keys exist never moves later draws.
+        With several ranks each writes its own shard and the key is stored once all are; a put
+        that leaves some missing fails, and the next one writes only those.
         """
         n = len(keys)
         window = self.put_outage_s
@@ -222,7 +248,7 @@ class StoragePool:
         objects, stale, log = self._objects, self._stale, self.access_log
         if not self.write_dedup:
             return self._overwrite(keys, now_s, client, outage, fails)
-        fast = self._lru is None and log is None
+        fast = self._lru is None and log is None and not self._shards
         if fast and not stale and not outage and fails is None:
             before, cross = len(objects), 0
             for key in keys:
@@ -248,7 +274,7 @@ class StoragePool:
                 continue
             if stale and stale.get(key, -math.inf) > now_s:
                 continue
-            if outage or (fails is not None and fails[i]):
+            if outage or not self._all_shards_stored(key, fails, i):
                 ok[i] = False
                 continue
             if fast:
@@ -273,7 +299,15 @@ class StoragePool:
         ok = [True] * len(keys)
         log = self.access_log
         for i, key in enumerate(keys):
-            if outage or (fails is not None and fails[i]):
+            if outage:
+                ok[i] = False
+                continue
+            if key in self._objects:
+                failed = np.atleast_1d(fails[i]) if fails is not None else np.zeros(1, bool)
+                ok[i] = not failed.any()
+                if failed.all():
+                    continue
+            elif not self._all_shards_stored(key, fails, i):
                 ok[i] = False
                 continue
             self._stale.pop(key, None)
@@ -346,10 +380,30 @@ class StoragePool:
             if displaced is not None:
                 displaced[old] = client
 
+    def _all_shards_stored(self, key: int, fails: np.ndarray | None, i: int) -> bool:
+        """Write an absent key's shards that the `i`-th draws let through; True once every
+        rank holds one (one rank: the draw itself)."""
+        if self.ranks == 1:
+            return fails is None or not fails[i]
+        mask = self._shards.pop(key, 0)
+        if fails is None:
+            return True
+        for rank, failed in enumerate(fails[i]):
+            if not failed:
+                mask |= 1 << rank
+        if mask == self._full_mask:
+            return True
+        if mask:
+            self._shards[key] = mask
+        return False
+
     def _draws(self, n: int, prob: float) -> np.ndarray | None:
+        """Failure draws, one per key and rank (a vector for one rank, else n rows)."""
         if prob <= 0.0 or n == 0:
             return None
-        return self.rng.random(n) < prob
+        if self.ranks == 1:
+            return self.rng.random(n) < prob
+        return self.rng.random((n, self.ranks)) < prob
 
 
 @dataclass

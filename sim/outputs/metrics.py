@@ -49,6 +49,8 @@ EXTRA_KEYS = (
     "requests_rejected",
     "prefetch_revoked",
     "prefetch_declined",
+    "prefetch_forfeited",
+    "prefetch_aux_alloc_failed_tokens",
     "prefetch_terminated",
     "prefetch_retries",
     "prefetch_retry_success",
@@ -162,6 +164,7 @@ def summarize(
     wr = wr[wr["t_s"] >= warmup_s]
     issued = pf[pf["outcome"].isin([Outcome.SUCCESS, Outcome.DISCARDED])]
     discarded = issued[issued["outcome"] == Outcome.DISCARDED]
+    forfeited = pf[pf["outcome"] == Outcome.FORFEITED]
     counted = [lp for lp in loops if lp.first_discard_s >= warmup_s]
     retried = [lp for lp in counted if lp.retried]
     healed = [lp for lp in retried if lp.healed_s is not None]
@@ -204,6 +207,8 @@ def summarize(
         "requests_rejected": int((req["outcome"] == "rejected").sum()),
         "prefetch_revoked": int((pf["outcome"] == Outcome.REVOKED).sum()),
         "prefetch_declined": int((pf["outcome"] == Outcome.DECLINED).sum()),
+        "prefetch_forfeited": len(forfeited),
+        "prefetch_aux_alloc_failed_tokens": int(forfeited["span_pages"].sum()) * page_size,
         "prefetch_terminated": int(issued["terminated"].sum()),
         "prefetch_retries": int((pf["attempt"] > 0).sum()),
         "l3_loaded_rate": _ratio(
