@@ -303,10 +303,11 @@ class StoragePool:
                 ok[i] = False
                 continue
             if key in self._objects:
-                failed = np.atleast_1d(fails[i]) if fails is not None else np.zeros(1, bool)
-                ok[i] = not failed.any()
-                if failed.all():
-                    continue
+                if fails is not None:
+                    failed = np.atleast_1d(fails[i])
+                    ok[i] = not failed.any()
+                    if failed.all():
+                        continue
             elif not self._all_shards_stored(key, fails, i):
                 ok[i] = False
                 continue
