@@ -41,7 +41,7 @@ def test_offer_stage_acknowledge_stores_the_node_and_believes_its_pages() -> Non
     assert isinstance(intent, BackupIntent) and intent.pages == (1, 2, 3)
     assert path.offer(node, 0.1) is None, "already queued"
     assert 2 in path.inflight
-    staged = path.stage(intent, 0.0)
+    staged = path.stage(intent)
     assert staged is not None and staged.aux_keys == {"swa": (2, 3)}
     assert staged.nbytes == 3 * 1 + 2 * 1
     ack = path.acknowledge(staged, 1.0)
@@ -58,12 +58,12 @@ def test_a_heal_dropped_page_counts_as_rewritten_when_written_again() -> None:
     node, _ = tree.insert([1, 2, 3], 0.0)
     first = path.offer(node, 0.0)
     assert isinstance(first, BackupIntent)
-    path.acknowledge(path.stage(first, 0.0), 0.5)  # type: ignore[arg-type]
+    path.acknowledge(path.stage(first), 0.5)  # type: ignore[arg-type]
     assert path.forget([3, 9]) == [3], "only believed keys are dropped"
     assert path.heal_dropped == {3}
     again = path.offer(node, 1.0)
     assert isinstance(again, BackupIntent)
-    ack = path.acknowledge(path.stage(again, 1.0), 1.5)  # type: ignore[arg-type]
+    ack = path.acknowledge(path.stage(again), 1.5)  # type: ignore[arg-type]
     assert ack.rewrite_pages == 1 and path.heal_dropped == set()
 
 
@@ -76,7 +76,7 @@ def test_a_gated_write_of_a_node_that_left_the_device_is_stale() -> None:
     assert isinstance(intent, BackupIntent)
     assert tree.reserve(3, 0), "evicts the unlocked leaf"
     assert not node.alive
-    assert path.stage(intent, 0.0) is None
+    assert path.stage(intent) is None
     assert len(path.inflight) == 0 and node.nid not in path.inflight_nodes
 
 
@@ -227,7 +227,7 @@ def test_per_pool_writes_only_the_pool_whose_keys_are_not_believed() -> None:
     intent = path.offer(node, 0.0)
     assert isinstance(intent, BackupIntent)
     assert not intent.write_kv and intent.aux_keys == {"swa": (3, 4)}
-    staged = path.stage(intent, 0.0)
+    staged = path.stage(intent)
     assert staged is not None and staged.kv_pages == 0 and staged.aux_keys == {"swa": (3, 4)}
     path.acknowledge(staged, 1.0)
     assert path.storage.pools["swa"].leading_run([3, 4]) == 2 and 1 not in path.storage.kv
@@ -342,7 +342,7 @@ def test_an_aux_only_write_stages_its_tail_not_the_node() -> None:
     path, _, node = per_pool_path({1, 2, 3, 4}, set())
     intent = path.offer(node, 0.0)
     assert isinstance(intent, BackupIntent)
-    staged = path.stage(intent, 0.0)
+    staged = path.stage(intent)
     assert staged is not None and staged.staging_pages == 2 and staged.nbytes == 2
 
 

@@ -176,8 +176,11 @@ def test_a_parked_hit_stopped_by_its_policy_is_declined_and_its_admitted_request
 
 
 def test_a_hit_that_could_never_be_staged_is_declined_once() -> None:
-    """Spans of 64 pages against a 40-page host (36 for loads): asking again cannot help."""
-    result = queued_run(**{"host.pages": 40, "prefetch.policy": "wait_complete"})
+    """Spans of 64 pages against a 40-page host (36 for loads): asking again cannot help. (The
+    32-page chunks keep each node small enough to be written through that host.)"""
+    result = queued_run(
+        **{"host.pages": 40, "prefetch.policy": "wait_complete", "compute.chunk_tokens": 2048}
+    )
     assert result.summary["prefetch_declined"] > 0
     assert (
         result.summary["prefetch_retries"] == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import simpy
@@ -20,11 +21,20 @@ import simpy
 from sim.engine.job import Job
 from sim.engine.links import Link
 from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
-from sim.model.backup import BackupIntent
+from sim.model.backup import BackupIntent, StagedWrite
 from sim.model.build import ServerModel
 from sim.model.node import Node
 from sim.model.prefetch import Outcome, PrefetchOp
 from sim.workload import Request
+
+
+@dataclass(frozen=True)
+class HeldWrite:
+    """A staged write and the host staging it holds until storage acknowledges it."""
+
+    staged: StagedWrite
+    host_pages: int
+    windows: dict[str, int]
 
 
 class Server:
@@ -54,11 +64,15 @@ class Server:
         self.records = Records(list(m.pools.values()))
         self.waiting: list[Job] = []
         self.running: dict[int, Job] = {}
+        self.pending_writes: deque[BackupIntent] = deque()
+        """buffer_only mode: offered writes waiting to be staged, in order."""
         self.backlog: simpy.Store = simpy.Store(self.env)
+        """Writes for the storage writer: staged ones (buffer_only) or intents (cache mode)."""
         self.read_channel = simpy.Resource(self.env, capacity=1)
         """Prefetches share one storage read channel; the one writer needs no channel."""
         self._wake = self.env.event()
         self._host_freed = self.env.event()
+        self._queued = self.env.event()
         self.parked: deque[tuple[PrefetchOp, simpy.Event]] = deque()
         """Rate-limited hits waiting for staging, first come first staged (buffer_only)."""
         self._cum_discards = 0
@@ -69,6 +83,8 @@ class Server:
         """Register the server's own processes (the scheduler and the writer)."""
         self.env.process(self.scheduling())
         self.env.process(self.backing_up())
+        if self.model.buffer_only:
+            self.env.process(self.flushing())
 
     def finish(self) -> None:
         """Record the requests still waiting or running at the horizon as unfinished."""
@@ -102,6 +118,7 @@ class Server:
         """The event the next release of host staging triggers (shared by every waiter)."""
         if self._host_freed.triggered:
             self._host_freed = self.env.event()
+        self._queued = self.env.event()
         return self._host_freed
 
     # ------------------------------------------------------------------ admission
@@ -384,48 +401,90 @@ class Server:
         now = self.env.now
         intent = self.write_path.offer(node, now)
         if isinstance(intent, BackupIntent):
-            self.backlog.put(intent)
+            if self.model.buffer_only:
+                self.pending_writes.append(intent)
+                if not self._queued.triggered:
+                    self._queued.succeed()
+            else:
+                self.backlog.put(intent)
         elif intent is not None:
             self.records.add_write(WriteRecord.skipped(now, node.nid, len(node.pages), intent))
 
-    def backing_up(self) -> Generator[simpy.Event, Any, None]:
-        env, host = self.env, self.host
+    def flushing(self) -> Generator[simpy.Event, Any, None]:
+        """buffer_only mode: stage queued writes on the host in order, each as soon as the
+        gates let it, and hand them to the writer (SGLang's `flush_pending_writes`): a head
+        whose node left the device, whose parent is no longer covered or that could never be
+        staged is dropped; a head that does not fit the live write cap, its aux pools' margin
+        or host memory blocks the queue until staging frees. The staged copy is the data, so
+        a node evicted after it is staged is still written."""
+        env, pending, path = self.env, self.pending_writes, self.write_path
         while True:
-            intent: BackupIntent = yield self.backlog.get()
-            staged = self.write_path.stage(intent, env.now)
-            node_id, pages = intent.node.nid, len(intent.pages)
-            if staged is None:
-                self.records.add_write(WriteRecord.skipped(env.now, node_id, pages, "stale"))
+            if not pending:
+                self._queued = env.event()
+                yield self._queued
                 continue
-            staging_pages, windows = 0, {}
-            if self.model.buffer_only:
-                staging_pages = min(staged.staging_pages, host.capacity_pages)
-                windows = self._write_windows(staged.aux_keys)
-                while not self._take_write_staging(staging_pages, windows):
-                    yield self._host_freed_event()
-                yield env.timeout(self.model.timing.staging_s(staged))
+            intent = pending[0]
+            verdict = path.head_verdict(intent)
+            spec = path.spec(intent) if verdict is None else None
+            windows = self._write_windows(spec) if spec is not None else None
+            if spec is None or windows is None:
+                pending.popleft()
+                path.drop(intent)
+                self.records.add_write(
+                    WriteRecord.skipped(
+                        env.now, intent.node.nid, len(intent.pages), verdict or "drop_oversize"
+                    )
+                )
+                continue
+            kv_pages = spec.staging_pages
+            if self.host.write_staging_full() or not self._take_write_staging(kv_pages, windows):
+                yield self._host_freed_event()
+                continue
+            pending.popleft()
+            path.stage(intent)
+            yield env.timeout(self.model.timing.staging_s(spec))
+            self.backlog.put(HeldWrite(spec, kv_pages, windows))
+
+    def backing_up(self) -> Generator[simpy.Event, Any, None]:
+        """The one storage writer: each write in turn, as staged (buffer_only mode) or taken
+        from the device when its turn comes (cache mode, where the host holds a copy)."""
+        env = self.env
+        while True:
+            item: BackupIntent | HeldWrite = yield self.backlog.get()
+            if isinstance(item, HeldWrite):
+                held: HeldWrite | None = item
+                staged: StagedWrite | None = item.staged
+            else:
+                held, staged = None, self.write_path.stage(item)
+            assert staged is not None, "cache mode never drops a queued write"
+            self.write_path.plan_put(staged, env.now)
             yield from self.write_link.transfer(staged.write_bytes)
             ack = self.write_path.acknowledge(staged, env.now)
-            if staging_pages or windows:
-                host.free_backup(staging_pages)
-                for name, tail_pages in windows.items():
+            if held is not None:
+                self.host.free_backup(held.host_pages)
+                for name, tail_pages in held.windows.items():
                     self.prefetcher.aux_staging[name].free_backup(tail_pages)
                 self._poke_host_freed()
+            intent = staged.intent
             self.records.add_write(
-                WriteRecord.written(env.now, node_id, pages, staged, ack),
+                WriteRecord.written(env.now, intent.node.nid, len(intent.pages), staged, ack),
                 staged.aux_keys,
                 ack.aux_ok,
             )
 
-    def _write_windows(self, aux_keys: dict[str, tuple[int, ...]]) -> dict[str, int]:
-        """Aux staging pages a write takes, per staging pool: its tail keys, at most what
-        writes may use of the pool (a write needing more stages as if it fitted)."""
+    def _write_windows(self, spec: StagedWrite) -> dict[str, int] | None:
+        """Aux staging pages a write takes, per staging pool (its tail keys); None when it
+        could never be staged: more than the host pool, or a tail more than writes may ever use
+        of its pool (`_backup_oversize`)."""
         staging = self.prefetcher.aux_staging
-        return {
-            name: min(len(keys), staging[name].write_limit_pages)
-            for name, keys in aux_keys.items()
-            if name in staging and keys
+        windows = {
+            name: len(keys) for name, keys in spec.aux_keys.items() if name in staging and keys
         }
+        if spec.staging_pages > self.host.capacity_pages or any(
+            pages > staging[name].write_limit_pages for name, pages in windows.items()
+        ):
+            return None
+        return windows
 
     def _take_write_staging(self, kv_pages: int, windows: dict[str, int]) -> bool:
         """Stage a write: host pages for its KV, and its aux tails where each pool keeps its

@@ -20,7 +20,12 @@ from sim.model.node import Node
 from sim.model.pools import KV, Pool
 from sim.model.storage import Storage
 
-GateVerdict = Literal["write", "skip_covered", "drop_parent"]
+GateVerdict = Literal["write", "skip_covered", "drop_parent", "drop_backlog", "drop_oversize"]
+
+DROP_VERDICTS = ("stale", "drop_parent", "drop_backlog", "drop_oversize")
+"""Backup intents dropped without a write (SGLang counts each in
+`hicache_backup_dropped_tokens_total`): a node that left the device before it was staged, a
+parent neither written nor in flight, a full backlog, an intent larger than host staging."""
 
 
 @dataclass
@@ -38,17 +43,17 @@ class BackupIntent:
 
 @dataclass
 class StagedWrite:
-    """A backup picked up by the writer: the aux keys still on the device, the bytes staged
-    (they cross PCIe) and the bytes storage will really write (keys it does not report as
-    stored; the backend skips the others)."""
+    """A backup staged on the host: the aux keys still on the device and the bytes staged
+    (they cross PCIe); when the writer takes it, the bytes storage will really write (keys it
+    does not report as stored; the backend skips the others)."""
 
     intent: BackupIntent
     aux_keys: dict[str, tuple[int, ...]]
     nbytes: int
-    write_bytes: int
-    kv_to_write: int
     kv_pages: int
     """KV pages staged (0 when per-pool beliefs found the node's KV covered)."""
+    write_bytes: int = 0
+    kv_to_write: int = 0
 
     @property
     def objects(self) -> dict[str, int]:
@@ -196,8 +201,18 @@ class WritePath:
         buffer_only: bool,
         aux_beliefs: Mapping[str, ExistenceCache] | None = None,
         client: int = 0,
+        host_pages: int | None = None,
+        backlog_cap_pages: int | None = None,
     ):
         self.client = client
+        self.host_pages = host_pages
+        """buffer_only mode: an intent of more KV pages than the host pool holds is dropped
+        (SGLang's `_backup_oversize`)."""
+        self.backlog_cap_pages = backlog_cap_pages
+        """buffer_only mode: offers are dropped while this many pages wait to be staged (SGLang's
+        `write_backlog_cap`, twice the device KV pool: a leak backstop)."""
+        self.queued_pages = 0
+        """Pages of the intents offered and not yet staged or dropped."""
         """This server's instance number: whose writes these are, for the cross-server counts."""
         self.existence = existence
         """KV beliefs: what the parent-cover gate and the KV heals read."""
@@ -296,6 +311,12 @@ class WritePath:
             verdict = gate_backup(self.existence, node, self.inflight, self.root)
             if verdict != "write":
                 return verdict
+        if self.buffer_only:
+            if self.backlog_cap_pages is not None and self.queued_pages >= self.backlog_cap_pages:
+                return "drop_backlog"
+            if self._oversize(pages, write_kv):
+                return "drop_oversize"
+            self.queued_pages += len(pages)
         if write_kv:
             self.inflight.add(pages)
         for name, keys in aux_keys.items():
@@ -303,16 +324,44 @@ class WritePath:
         self.inflight_nodes.add(node.nid)
         return BackupIntent(node, pages, now_s, write_kv, aux_keys if self.per_pool else None)
 
-    def stage(self, intent: BackupIntent, now_s: float) -> StagedWrite | None:
-        """Pick up a queued write: None (and released) when, in buffer_only mode, its node left
-        the device.
+    def _oversize(self, pages: Sequence[int], write_kv: bool) -> bool:
+        return write_kv and self.host_pages is not None and len(pages) > self.host_pages
 
-        The aux keys are those of the state the node still holds (and, per pool, only the pools
-        the offer found uncovered)."""
-        node, pages = intent.node, intent.pages
-        if self.buffer_only and not (node.alive and node.on_device):
-            self._release(intent)
+    def head_verdict(self, intent: BackupIntent) -> GateVerdict | Literal["stale"] | None:
+        """buffer_only mode: why the write queue's head must be dropped now, if it must: its
+        node left the device (SGLang's stale sweep), its parent is no longer written, queued
+        nor believed (a dropped parent cascades to its children), or it is oversized."""
+        node = intent.node
+        if not (node.alive and node.on_device):
+            return "stale"
+        if not _parent_covered(self.existence, node, self.inflight, self.root):
+            return "drop_parent"
+        if self._oversize(intent.pages, intent.write_kv):
+            return "drop_oversize"
+        return None
+
+    def drop(self, intent: BackupIntent) -> None:
+        """Give up a queued intent without writing it."""
+        self._unqueue(intent)
+        self._release(intent)
+
+    def _unqueue(self, intent: BackupIntent) -> None:
+        if self.buffer_only:
+            self.queued_pages -= len(intent.pages)
+
+    def stage(self, intent: BackupIntent) -> StagedWrite | None:
+        """Take a queued write off the queue: None (and released) when, in buffer_only mode, its
+        node left the device; else what `spec` gives."""
+        if self.buffer_only and not (intent.node.alive and intent.node.on_device):
+            self.drop(intent)
             return None
+        self._unqueue(intent)
+        return self.spec(intent)
+
+    def spec(self, intent: BackupIntent) -> StagedWrite:
+        """What staging the write would take now: the aux keys of the state the node still
+        holds (and, per pool, only the pools the offer found uncovered) and the bytes."""
+        node, pages = intent.node, intent.pages
         aux_keys = aux_backup_keys(node, pages, self.storage.aux)
         if intent.aux_keys is not None:
             aux_keys = {name: keys for name, keys in aux_keys.items() if name in intent.aux_keys}
@@ -321,12 +370,17 @@ class WritePath:
         nbytes = len(kv_pages) * kv.object_bytes + sum(
             len(keys) * pools[name].object_bytes for name, keys in aux_keys.items()
         )
-        kv_to_write, kv_shards = kv.to_write(kv_pages, now_s)
-        write_bytes = kv_shards * kv.object_bytes + sum(
+        return StagedWrite(intent, aux_keys, nbytes, len(kv_pages))
+
+    def plan_put(self, staged: StagedWrite, now_s: float) -> None:
+        """As the writer takes a staged write: what storage will really write of it."""
+        kv, pools = self.storage.kv, self.storage.pools
+        kv_pages = staged.intent.pages if staged.intent.write_kv else ()
+        staged.kv_to_write, kv_shards = kv.to_write(kv_pages, now_s)
+        staged.write_bytes = kv_shards * kv.object_bytes + sum(
             pools[name].to_write(keys, now_s)[1] * pools[name].object_bytes
-            for name, keys in aux_keys.items()
+            for name, keys in staged.aux_keys.items()
         )
-        return StagedWrite(intent, aux_keys, nbytes, write_bytes, kv_to_write, len(kv_pages))
 
     def acknowledge(self, staged: StagedWrite, now_s: float) -> Acknowledgement:
         """Store the objects; the keys written become beliefs whether or not each put succeeded

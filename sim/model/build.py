@@ -101,6 +101,11 @@ class Timing:
         return nbytes / self.pcie_bps + copies * self.copy_overhead_s
 
 
+WRITE_BACKLOG_DEVICE_POOLS = 2
+"""buffer_only mode: backup intents waiting to be staged are capped at twice the device KV pool
+(SGLang's `write_backlog_cap = 2 * token_to_kv_pool_allocator.size_full`)."""
+
+
 @dataclass(frozen=True)
 class Eviction:
     """A backend-side random eviction source of one storage pool, with its own stream."""
@@ -264,6 +269,8 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         buffer_only=buffer_only,
         aux_beliefs=aux_beliefs,
         client=instance,
+        host_pages=scenario.host.pages,
+        backlog_cap_pages=WRITE_BACKLOG_DEVICE_POOLS * scenario.device.kv_pages,
     )
     rule = RULES[scenario.heal]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from sim.model.device import Resource
 
 LOAD_POOL_USAGE_FRACTION = 0.9
+WRITE_STAGING_POOL_FRACTION = 0.2
 
 
 @dataclass
@@ -68,6 +69,16 @@ class HostPool:
 
     def free_prefetch(self, pages: int) -> None:
         self.prefetch_pages -= pages
+
+    def write_staging_full(self) -> bool:
+        """buffer_only mode: may no further write be staged now? Writes may use what loads
+        leave, less a tenth of the pool, but always a fifth of it; only what is already staged
+        counts, so the last write staged may overshoot (SGLang's `flush_pending_writes`)."""
+        pool = self.capacity_pages
+        live_cap = max(
+            int(WRITE_STAGING_POOL_FRACTION * pool), pool - self.prefetch_pages - pool // 10
+        )
+        return self.backup_pages >= live_cap
 
     def alloc_backup(self, pages: int) -> bool:
         if pages > self.free_pages:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.model.backup import DROP_VERDICTS
 from sim.model.components import DEVICE_EVICTED_KEY, device_dropped_key, device_freed_key
 from sim.model.loops import Loop
 from sim.model.pools import KV, POOL_KINDS, PoolKind, Residency
@@ -64,6 +65,7 @@ EXTRA_KEYS = (
     "write_kv_failed_pages",
     "write_aux_failed_objects",
     "dropped_parent_pages",
+    "backup_dropped_tokens",
     "heal_dropped_beliefs",
     "hit_query_dropped_beliefs",
     "device_backoff_tokens",
@@ -228,6 +230,8 @@ def summarize(
         "write_kv_failed_pages": int(written["kv_failed"].sum()),
         "write_aux_failed_objects": int(sum(written[f"{p}_failed"].sum() for p in names)),
         "dropped_parent_pages": int(wr.loc[wr["verdict"] == "drop_parent", "pages"].sum()),
+        "backup_dropped_tokens": int(wr.loc[wr["verdict"].isin(DROP_VERDICTS), "pages"].sum())
+        * page_size,
         "heal_dropped_beliefs": int(discarded["dropped_beliefs"].sum()),
         "device_backoff_tokens": int(req["device_backoff_tokens"].sum()),
         "device_change_tokens": int(req["device_change_tokens"].sum()),
