@@ -191,9 +191,15 @@ class RetrySpec(Strict):
     max_attempts: NonNegInt = 8
     """Re-issues a still-queued request may make after a missed prefetch (SGLang's
     --hicache-storage-prefetch-retry-max-attempts, 8 since v0.5.20); 0 turns retries off."""
-    interval_s: NonNegFloat = 0.16
-    """Wait before a re-issue: SGLang polls every 8 scheduling passes, here 8 decode steps of
-    20 ms (the `compute.decode_ms_per_token` default); 0 turns retries off, as in SGLang."""
+    interval_passes: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] = 8
+    """Scheduler passes a marked request waits before its re-issue (SGLang's
+    --hicache-storage-prefetch-retry-poll-interval, 8 since v0.5.20); 0 turns retries off."""
+    interval_s: NonNegFloat | None = None
+    """Pace re-issues in seconds instead of passes (the simulator's earlier model; 0 turns
+    retries off)."""
+    idle_pass_ms: Annotated[float, Field(ge=0.001, le=1000.0)] = 0.1
+    """How long a scheduler pass that runs no batch takes while a retry is pending (SGLang
+    spins with a waiting queue; an estimate, not a measurement)."""
 
 
 class PrefetchSpec(Strict):
@@ -211,6 +217,10 @@ class ComputeSpec(Strict):
     chunk_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = 8192
     """Chunked prefill (SGLang's --chunked-prefill-size): every chunk end is an insert, so a
     node end with its aux state kept; null: one pass."""
+    chunk_budget: Literal["batch", "request"] = "batch"
+    """`batch`: one chunk budget per prefill pass, shared by the requests that pass adds (SGLang's
+    `rem_chunk_tokens`); `request`: one request per pass, chunked on its own (the simulator's
+    earlier model)."""
 
 
 class ClusterSpec(Strict):

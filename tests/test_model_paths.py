@@ -119,7 +119,7 @@ def prefetcher(
         policy=policy,
         timeout=PrefetchTimeout(1.0, 0.25, 64),
         threshold_pages=4,
-        retry=RetryBudget(max_attempts=2, interval_s=0.1),
+        retry=RetryBudget(max_attempts=2, interval_passes=8),
     )
 
 
@@ -309,9 +309,9 @@ def test_an_attempt_its_policy_stopped_before_staging_is_marked_for_a_retry(
     op = p.plan(1, 0, SPAN, 0.0)
     assert op is not None
     op.terminated = True
-    assert p.retry_after(op, outcome, attempts=0) == 0.1
-    assert p.retry_after(op, outcome, attempts=2) is None, "max_attempts 2"
-    assert p.retry_after(op, Outcome.DISCARDED, attempts=0) is None
+    assert p.retries_miss(op, outcome, attempts=0)
+    assert not p.retries_miss(op, outcome, attempts=2), "max_attempts 2"
+    assert not p.retries_miss(op, Outcome.DISCARDED, attempts=0)
 
 
 def test_per_pool_the_query_drops_aux_beliefs_past_the_pool_boundary_over_the_whole_chain() -> None:
@@ -349,14 +349,19 @@ def test_an_aux_only_write_stages_its_tail_not_the_node() -> None:
 def test_only_an_attempt_without_staging_is_retried_and_only_within_the_budget() -> None:
     p = prefetcher(make_storage({"kv": SPAN, "swa": SPAN}))
     op = PrefetchOp(0, 0, SPAN, 0.0, reported_pages=10)
-    assert [p.retry_after(op, Outcome.REVOKED, n) for n in range(3)] == [0.1, 0.1, None]
-    assert [p.retry_after(op, Outcome.DECLINED, n) for n in range(3)] == [0.1, 0.1, None]
+    assert [p.retries_miss(op, Outcome.REVOKED, n) for n in range(3)] == [True, True, False]
+    assert [p.retries_miss(op, Outcome.DECLINED, n) for n in range(3)] == [True, True, False]
     for outcome in (Outcome.SUCCESS, Outcome.DISCARDED):
-        assert p.retry_after(op, outcome, 0) is None
+        assert not p.retries_miss(op, outcome, 0)
     too_big = PrefetchOp(0, 0, SPAN, 0.0, reported_pages=1000)
-    assert p.retry_after(too_big, Outcome.DECLINED, 0) is None
-    p.retry = RetryBudget(max_attempts=2, interval_s=0.0)
-    assert p.retry_after(op, "revoked", 0) is None
+    assert not p.retries_miss(too_big, Outcome.DECLINED, 0)
+    for off in (
+        RetryBudget(max_attempts=2, interval_passes=0),
+        RetryBudget(max_attempts=2, interval_passes=8, interval_s=0.0),
+        RetryBudget(max_attempts=0, interval_passes=8),
+    ):
+        p.retry = off
+        assert not p.retries_miss(op, Outcome.REVOKED, 0)
 
 
 def test_a_rate_limited_hit_parks_in_buffer_mode_unless_it_could_never_fit() -> None:

@@ -46,10 +46,10 @@ def test_a_node_evicted_after_its_write_was_staged_is_still_written() -> None:
 
 def test_a_full_backlog_drops_new_offers_and_counts_them() -> None:
     """Host staging holds at most one 64-page node, so offers wait to be staged; past twice the
-    150-page device pool they are dropped."""
+    300-page device pool they are dropped."""
     result = run(
         make_scenario(
-            **{**SLOW_WRITER, "device.kv_pages": 150, "host.pages": 100, "storage.write_gbps": 0.01}
+            **{**SLOW_WRITER, "device.kv_pages": 300, "host.pages": 100, "storage.write_gbps": 0.01}
         )
     )
     counts = verdicts(result)
@@ -64,7 +64,8 @@ def test_an_intent_larger_than_the_host_pool_is_dropped_not_staged() -> None:
         )
     )
     counts = verdicts(result)
-    assert set(counts) == {"drop_oversize"}, counts
+    assert counts.get("drop_oversize", 0) > 0, counts
+    assert set(counts) <= {"drop_oversize", "drop_parent"}, "their children lose their parent"
     assert result.summary["written_pages"] == 0
     assert result.summary["backup_dropped_tokens"] == dropped_tokens(result) > 0
 

@@ -155,8 +155,8 @@ SGLANG_ERAS.register(
                 f"`--hicache-storage-prefetch-retry-max-attempts` 4 (PR #36227; {_FIELDS})",
             ),
             Setting(
-                "prefetch.retry.interval_s",
-                0.0,
+                "prefetch.retry.interval_passes",
+                0,
                 "`--hicache-storage-prefetch-retry-poll-interval` 0: retries off (PR #36227)",
             ),
         ),
@@ -171,9 +171,9 @@ _RETRIES_ON = (
         "`StoragePrefetchRetries`, max attempts 4 -> 8 (PR #39283, v0.5.20)",
     ),
     Setting(
-        "prefetch.retry.interval_s",
-        0.16,
-        "poll interval 0 -> 8 scheduling passes (PR #39283); 8 decode steps of 20 ms here",
+        "prefetch.retry.interval_passes",
+        8,
+        "poll interval 0 -> 8 scheduling passes (PR #39283)",
     ),
     Setting(
         "existence_cache.entries",

@@ -27,12 +27,18 @@ class Job:
     recomputed_tokens: int = 0
     wake_at: float | None = None
     retries: int = 0
+    """Prefetches re-issued for this request after a miss."""
+    next_token: int = 0
+    """Where the prefill's next chunk starts (tokens)."""
+    computed_from: int = 0
+    """Pages up to which the device tree holds the prompt (the last insert's end)."""
+    load_pages: int = 0
+    """Pages the first chunk loads from the host (or from storage through it)."""
     device_change_pages: int = 0
     """Prefix pages the device (or host) gained (positive) or lost to eviction (negative)
     between arrival and admission, so the request's token counts add up to its prompt."""
     backoff_pages: int = 0
     """Device KV pages matched at arrival past the last legal resume point (recomputed)."""
-    """Prefetches re-issued for this request after a miss."""
 
     def record(self, outcome: str, finish_s: float | None, page_size: int) -> RequestRecord:
         """The request's row, token counts from its pages."""

@@ -29,6 +29,19 @@ from sim.workload import Request
 
 
 @dataclass(frozen=True)
+class Chunk:
+    """A request's share of one prefill pass: tokens computed up to `end_token`, pages loaded
+    from the host first (its first chunk only)."""
+
+    job: Job
+    end_token: int
+    tokens: int
+    loaded_pages: int
+    finishes: bool
+    """The chunk ends the prompt (the request's first token)."""
+
+
+@dataclass(frozen=True)
 class HeldWrite:
     """A staged write and the host staging it holds until storage acknowledges it."""
 
@@ -76,6 +89,11 @@ class Server:
         self.parked: deque[tuple[PrefetchOp, simpy.Event]] = deque()
         """Rate-limited hits waiting for staging, first come first staged (buffer_only)."""
         self._cum_discards = 0
+        self.chunked: Job | None = None
+        """The request whose prefill continues next pass (at most one, as SGLang's chunked_req)."""
+        self.decoding_jobs = 0
+        self._marked: dict[int, Job] = {}
+        """Requests marked for a pass-paced retry."""
         self.load_tokens = 0
         """Prompt tokens of the requests waiting or running here (what `/get_load` reports)."""
 
@@ -143,12 +161,30 @@ class Server:
         self.poke()
 
     def retrying(self, job: Job, delay_s: float) -> Generator[simpy.Event, Any, None]:
-        """Re-issue a missed prefetch for a request still queued, from a fresh match. A miss
-        never delays the queue head, and a span now shorter than the threshold is not retried
-        (SGLang: StoragePrefetchRetries.pop_ready, _prefetch_kvcache)."""
+        """Seconds pacing (`prefetch.retry.interval_s`): re-issue a missed prefetch `delay_s`
+        later, unless its request was admitted or heads the queue by then."""
         yield self.env.timeout(delay_s)
-        if job.admitted_s is not None or (self.waiting and self.waiting[0] is job):
+        if job.admitted_s is None and not (self.waiting and self.waiting[0] is job):
+            self._reissue(job)
+
+    def _poll_retries(self) -> None:
+        """One pass of pass pacing: re-issue the marked requests that are due, in queue
+        order (SGLang: StoragePrefetchRetries.pop_ready at the start of a scheduler pass)."""
+        retries, marked = self.model.retries, self._marked
+        if retries is None or not retries.pending:
             return
+        head = self.waiting[0].req.rid if self.waiting else None
+        ready = retries.pop_ready(head, lambda rid: marked[rid].retries)
+        for rid in [rid for rid in marked if not retries.marked(rid)]:
+            del marked[rid]
+        if ready:
+            due = set(ready)
+            for job in [job for job in self.waiting if job.req.rid in due]:
+                self._reissue(job)
+
+    def _reissue(self, job: Job) -> None:
+        """Re-issue a missed prefetch for a queued request, from a fresh match; a span now
+        shorter than the threshold is not retried (SGLang: _prefetch_kvcache, PR #40042)."""
         now, tree = self.env.now, self.tree
         prompt = job.req.pages[: job.req.prompt_pages]
         match = tree.match(prompt)
@@ -237,9 +273,14 @@ class Server:
             self.prefetcher.release_windows(op)
             self._poke_host_freed()
         self._record_prefetch(job, op, outcome, ())
-        delay_s = self.prefetcher.retry_after(op, outcome, job.retries)
-        if delay_s is not None and job.admitted_s is None:
-            self.env.process(self.retrying(job, delay_s))
+        if job.admitted_s is None and self.prefetcher.retries_miss(op, outcome, job.retries):
+            retries = self.model.retries
+            if retries is None:
+                delay_s = self.prefetcher.retry.interval_s
+                self.env.process(self.retrying(job, delay_s or 0.0))
+            else:
+                retries.mark(job.req.rid)
+                self._marked[job.req.rid] = job
         self.poke()
 
     def _read(self, op: PrefetchOp, nbytes: int) -> Generator[simpy.Event, Any, None]:
@@ -252,14 +293,60 @@ class Server:
     # ------------------------------------------------------------------ scheduler
 
     def scheduling(self) -> Generator[simpy.Event, Any, None]:
-        env = self.env
+        """The scheduler's passes: each polls the retries, then runs a prefill batch if it can
+        form one. With no batch it sleeps until something changes, unless a retry is pending:
+        then passes go on, a decode step each while requests decode, else an idle spin."""
+        env, timing = self.env, self.model.timing
         while True:
+            self._poll_retries()
+            batch = self._prefill_batch()
+            if batch:
+                yield env.timeout(sum(timing.prefill_s(c.tokens, c.loaded_pages) for c in batch))
+                for chunk in batch:
+                    self._chunk_done(chunk)
+                continue
+            retries = self.model.retries
+            if retries is not None and retries.pending:
+                yield env.timeout(
+                    timing.decode_step_s if self.decoding_jobs else timing.idle_pass_s
+                )
+                continue
+            self._wake = env.event()
+            yield self._wake
+
+    def _prefill_batch(self) -> list[Chunk]:
+        """One pass's prefill: the chunked request's next chunk first, then waiting requests
+        while the pass's chunk budget lasts (SGLang's PrefillAdder: `rem_chunk_tokens` is shared
+        by the batch, each request takes its extend rounded up to a page, and the one that does
+        not fit is cut at a page and continues next pass). With `chunk_budget: request` or no
+        chunking, a pass holds one request."""
+        timing, page = self.model.timing, self.model.page_size
+        budget = timing.chunk_tokens
+        shared = budget is not None and timing.shared_chunk_budget
+        batch: list[Chunk] = []
+        if self.chunked is not None:
+            batch.append(self._next_chunk(self.chunked, budget, page_cut=False))
+        while not batch or (shared and batch[-1].finishes):
+            if budget is not None:
+                budget -= sum(-(-c.tokens // page) * page for c in batch[-1:])
+                if budget < page:
+                    break
             job = self._next_admissible()
             if job is None:
-                self._wake = env.event()
-                yield self._wake
-                continue
-            yield from self.prefill(job)
+                break
+            self._admit(job)
+            batch.append(self._next_chunk(job, budget, page_cut=bool(batch)))
+        return batch
+
+    def _next_chunk(self, job: Job, budget: int | None, *, page_cut: bool) -> Chunk:
+        """The job's next chunk within `budget` tokens; a request joining a batch is cut at a
+        page boundary."""
+        left = job.req.prompt_tokens - job.next_token
+        take = left if budget is None else min(left, budget)
+        if page_cut and take < left:
+            take -= take % self.model.page_size
+        loaded, job.load_pages = job.load_pages, 0
+        return Chunk(job, job.next_token + take, take, loaded, take == left)
 
     def _next_admissible(self) -> Job | None:
         """First waiting job whose prefetch may stop now and whose memory can be reserved."""
@@ -292,14 +379,15 @@ class Server:
             self.env.timeout(stop_at - now).callbacks.append(lambda _e: self.poke())
         return False
 
-    def prefill(self, job: Job) -> Generator[simpy.Event, Any, None]:
-        """Load what the device, host or storage holds, then compute the rest chunk by chunk:
-        each chunk end is an insert (SGLang's cache_unfinished_req), the last one at the first
-        token."""
-        env, req, tree = self.env, job.req, self.tree
-        page_size, timing = self.model.page_size, self.model.timing
-        job.admitted_s = env.now
+    def _admit(self, job: Job) -> None:
+        """Start a request's prefill: settle its prefetch, then insert what the device, host or
+        storage holds; the rest is computed chunk by chunk."""
+        tree, req, page_size = self.tree, job.req, self.model.page_size
+        job.admitted_s = self.env.now
         self.running[req.rid] = job
+        if self.model.retries is not None:
+            self.model.retries.cancel(req.rid)
+            self._marked.pop(req.rid, None)
         prompt = req.pages[: req.prompt_pages]
         loaded_end = self._resolve_prefetch(job)
         match = tree.match(prompt)
@@ -312,26 +400,35 @@ class Server:
         )
         job.recomputed_tokens = req.prompt_tokens - covered * page_size
         job.device_change_pages = covered - job.host_pages - job.l3_loaded_pages
-        loaded_pages, start_token, computed_from = (
-            covered - match.device_pages,
-            covered * page_size,
-            covered,
-        )
-        for end_token in timing.chunks(start_token, req.prompt_tokens):
-            yield env.timeout(timing.prefill_s(end_token - start_token, loaded_pages))
-            loaded_pages, start_token = 0, end_token
-            chunk_end = end_token // page_size
-            if end_token < req.prompt_tokens and chunk_end > computed_from:
-                self._insert(job, prompt[:chunk_end], computed_from=computed_from)
-                computed_from = chunk_end
-        job.first_token_s = env.now
+        job.load_pages = covered - match.device_pages
+        job.next_token = covered * page_size
+        job.computed_from = covered
+
+    def _chunk_done(self, chunk: Chunk) -> None:
+        """A chunk's end is an insert (SGLang's cache_unfinished_req); the last one, at the
+        first token, inserts the prompt and starts the decode."""
+        job, page_size = chunk.job, self.model.page_size
+        req = job.req
+        prompt = req.pages[: req.prompt_pages]
+        job.next_token = chunk.end_token
+        if not chunk.finishes:
+            self.chunked = job
+            chunk_end = chunk.end_token // page_size
+            if chunk_end > job.computed_from:
+                self._insert(job, prompt[:chunk_end], computed_from=job.computed_from)
+                job.computed_from = chunk_end
+            return
+        if self.chunked is job:
+            self.chunked = None
+        job.first_token_s = self.env.now
         self._insert(
             job,
             prompt,
-            computed_from=computed_from,
+            computed_from=job.computed_from,
             backup_path=self.model.buffer_only,
         )
-        env.process(self.decoding(job))
+        self.decoding_jobs += 1
+        self.env.process(self.decoding(job))
 
     def _resolve_prefetch(self, job: Job) -> int:
         """Settle an issued prefetch through the model; returns the loaded endpoint (pages)."""
@@ -384,6 +481,7 @@ class Server:
 
     def decoding(self, job: Job) -> Generator[simpy.Event, Any, None]:
         yield self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
+        self.decoding_jobs -= 1
         self._insert(job, job.req.pages, computed_from=job.req.prompt_pages)
         self.tree.unlock(job.lock_node)
         self.tree.release(job.reserved_kv, 1)

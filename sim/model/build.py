@@ -31,6 +31,7 @@ from sim.model.pools import (
 )
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from sim.model.radix import RadixTree
+from sim.model.retries import PrefetchRetries
 from sim.model.storage import Storage, StoragePool
 from sim.routing import Router
 from sim.units import GB
@@ -64,6 +65,11 @@ class Timing:
     load_bytes_per_page: int
     """Bytes a page restored from the host moves across PCIe: KV plus every per-page aux pool."""
     chunk_tokens: int | None = None
+    shared_chunk_budget: bool = True
+    """The requests of one prefill pass share `chunk_tokens` (SGLang's rem_chunk_tokens);
+    False: one request per pass."""
+    idle_pass_s: float = 1e-4
+    """A scheduler pass that runs no batch (only retry pacing counts such passes)."""
     copy_overhead_s: float = 0.0
     copies: Mapping[str, int] = field(default_factory=dict)
     """Copies one object of each pool takes under direct io."""
@@ -76,13 +82,9 @@ class Timing:
         )
         return recomputed_tokens / self.prefill_tokens_per_s + load_s
 
-    def chunks(self, start_token: int, end_token: int) -> list[int]:
-        """Token positions where the prefill of [start_token, end_token) ends its chunks, the
-        last being `end_token` (chunked prefill; one chunk without it)."""
-        every = self.chunk_tokens
-        if every is None or end_token - start_token <= every:
-            return [end_token]
-        return [*range(start_token + every, end_token, every), end_token]
+    @property
+    def decode_step_s(self) -> float:
+        return self.decode_ms_per_token / 1000.0
 
     def decode_s(self, output_tokens: int) -> float:
         return output_tokens * self.decode_ms_per_token / 1000.0
@@ -132,6 +134,8 @@ class ServerModel:
     loops: LoopTracker
     timing: Timing
     buffer_only: bool
+    retries: PrefetchRetries | None = None
+    """Retries paced in scheduler passes (None: in seconds, `RetryBudget.interval_s`)."""
 
 
 @dataclass
@@ -278,6 +282,9 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         return rule(DiscardView(op, page_size, storage))
 
     prefetch = scenario.prefetch
+    retry = RetryBudget(
+        prefetch.retry.max_attempts, prefetch.retry.interval_passes, prefetch.retry.interval_s
+    )
     threshold_tokens = max(prefetch.threshold_tokens, page_size)
     loops = LoopTracker()
     prefetcher = Prefetcher(
@@ -292,7 +299,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
             prefetch.timeout_base_s, prefetch.timeout_per_ki_token_s, page_size
         ),
         threshold_pages=-(-threshold_tokens // page_size),
-        retry=RetryBudget(prefetch.retry.max_attempts, prefetch.retry.interval_s),
+        retry=retry,
         client=instance,
         aux_staging=aux_staging(scenario, aux) if buffer_only else (),
     )
@@ -303,6 +310,8 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         pcie_bps=scenario.host.pcie_gbps * GB,
         load_bytes_per_page=sum(p.object_bytes for p in pools.values() if p.residency.per_page),
         chunk_tokens=scenario.compute.chunk_tokens,
+        shared_chunk_budget=scenario.compute.chunk_budget == "batch",
+        idle_pass_s=prefetch.retry.idle_pass_ms / 1000.0,
         copy_overhead_s=scenario.host.copy_overhead_us / 1e6,
         copies=copies,
         load_copies_per_page=sum(copies[n] for n, p in pools.items() if p.residency.per_page),
@@ -320,6 +329,11 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         loops=loops,
         timing=timing,
         buffer_only=buffer_only,
+        retries=(
+            PrefetchRetries(retry.max_attempts, retry.interval_passes)
+            if retry.interval_s is None
+            else None
+        ),
     )
 
 

@@ -146,10 +146,17 @@ def wait_complete(op: PrefetchOp, budget: PrefetchTimeout) -> float:
 @dataclass(frozen=True)
 class RetryBudget:
     """Re-issues of a missed prefetch for a request still queued (SGLang's
-    StoragePrefetchRetries, on by default since v0.5.20: 8 attempts, polled every 8 passes)."""
+    StoragePrefetchRetries, on by default since v0.5.20: 8 attempts, polled every 8 passes).
+    `interval_s` paces them in seconds instead of passes (None: passes)."""
 
     max_attempts: int
-    interval_s: float
+    interval_passes: int
+    interval_s: float | None = None
+
+    @property
+    def off(self) -> bool:
+        interval = self.interval_s if self.interval_s is not None else self.interval_passes
+        return self.max_attempts <= 0 or interval <= 0
 
 
 class Outcome(StrEnum):
@@ -296,18 +303,14 @@ class Prefetcher:
         could never be staged."""
         return self.buffer_only and self.host.can_ever_stage(op.reported_pages)
 
-    def retry_after(self, op: PrefetchOp, outcome: Outcome, attempts: int) -> float | None:
-        """Seconds until a missed prefetch is re-issued, or None when it is not retried: not
-        for a hit that could never be staged (asking again gets the same answer), and never
-        with an interval of 0 (as SGLang's poll interval 0)."""
+    def retries_miss(self, op: PrefetchOp, outcome: Outcome, attempts: int) -> bool:
+        """Is a missed prefetch marked for a re-issue? Not past the attempts, not with retries
+        off (as SGLang's poll interval 0), not for a hit that could never be staged (asking
+        again gets the same answer)."""
         retry = self.retry
-        if outcome not in RETRIED_OUTCOMES or retry.interval_s <= 0:
-            return None
-        if attempts >= retry.max_attempts:
-            return None
-        if outcome == Outcome.DECLINED and not self.host.can_ever_stage(op.reported_pages):
-            return None
-        return retry.interval_s
+        if outcome not in RETRIED_OUTCOMES or retry.off or attempts >= retry.max_attempts:
+            return False
+        return outcome != Outcome.DECLINED or self.host.can_ever_stage(op.reported_pages)
 
     def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float) -> int:
         """Drop the beliefs the query contradicts; returns how many.
