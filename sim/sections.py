@@ -134,6 +134,9 @@ class HostSpec(Strict):
     layout."""
     copy_overhead_us: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
     """What each copy of `direct` io costs beyond its bytes (a GPU profile gives it)."""
+    anchor_lock_cap: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    """buffer_only mode: the share of the device KV pool that staged prefetches may pin as
+    their anchors (SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP; 0 pins none, as before PR #37464)."""
 
     def staging_pages(self, pool: str) -> int | None:
         """Host staging pages of an aux pool that stages through its own (`<pool>_pages`)."""

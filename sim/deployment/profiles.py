@@ -159,6 +159,11 @@ SGLANG_ERAS.register(
                 0,
                 "`--hicache-storage-prefetch-retry-poll-interval` 0: retries off (PR #36227)",
             ),
+            Setting(
+                "host.anchor_lock_cap",
+                0.0,
+                "anchor pins opt-in behind `SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK` (PR #35769)",
+            ),
         ),
         buffer_only_pools=frozenset({"kv", "swa"}),
         memory_tiers=TIERS_BEFORE_37898,
@@ -179,6 +184,11 @@ _RETRIES_ON = (
         "existence_cache.entries",
         524288,
         "`512 * 1024` (PR #39480, merged before v0.5.20)",
+    ),
+    Setting(
+        "host.anchor_lock_cap",
+        0.5,
+        "`SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP` 0.5, pins on by default (PR #37464)",
     ),
 )
 SGLANG_ERAS.register(

@@ -28,6 +28,10 @@ class Job:
     wake_at: float | None = None
     retries: int = 0
     """Prefetches re-issued for this request after a miss."""
+    anchor_pages: int = 0
+    """buffer_only: device pages this request's staged prefetch pins as its anchor."""
+    refetch_end: int | None = None
+    """A pending re-fetch: where the shrunk hold's span ended (absolute pages)."""
     next_token: int = 0
     """Where the prefill's next chunk starts (tokens)."""
     computed_from: int = 0

@@ -94,6 +94,7 @@ class Server:
         self.decoding_jobs = 0
         self._marked: dict[int, Job] = {}
         """Requests marked for a pass-paced retry."""
+        self.anchors = model.anchors
         self.load_tokens = 0
         """Prompt tokens of the requests waiting or running here (what `/get_load` reports)."""
 
@@ -145,14 +146,15 @@ class Server:
         now = self.env.now
         prompt = req.pages[: req.prompt_pages]
         match = self.tree.match(prompt)
-        job = Job(req, match.host_node, match.device_pages, match.host_pages)
+        lock = self.tree.root if self.model.buffer_only else match.host_node
+        job = Job(req, lock, match.device_pages, match.host_pages)
         job.backoff_pages = match.device_kv_pages - match.device_pages
         if not self.tree.can_ever_hold(len(req.pages) + 1, working_slots=1):
             self._record_request(job, "rejected")
             self.left(self, req, "rejected")
             return
         self.load_tokens += req.prompt_tokens
-        self.tree.lock(match.host_node)
+        self.tree.lock(lock)
         self.tree.touch(match.host_node, now)
         job.op = self.prefetcher.plan(req.rid, match.host_pages, prompt[match.host_pages :], now)
         self.waiting.append(job)
@@ -188,18 +190,28 @@ class Server:
         now, tree = self.env.now, self.tree
         prompt = job.req.pages[: job.req.prompt_pages]
         match = tree.match(prompt)
+        assumed_end, job.refetch_end = job.refetch_end, None
         op = self.prefetcher.plan(
-            job.req.rid, match.host_pages, prompt[match.host_pages :], now, job.retries + 1
+            job.req.rid,
+            match.host_pages,
+            prompt[match.host_pages :],
+            now,
+            job.retries + 1,
+            assumed_end,
         )
         if op is None:
             return
         job.retries += 1
         tree.touch(match.host_node, now)
-        tree.lock(match.host_node)
-        tree.unlock(job.lock_node)
-        job.lock_node = match.host_node
+        if not self.model.buffer_only:
+            self._move_lock(job, match.host_node)
         job.op = op
         self._issue(job, op)
+
+    def _move_lock(self, job: Job, node: Node) -> None:
+        self.tree.lock(node)
+        self.tree.unlock(job.lock_node)
+        job.lock_node = node
 
     def _issue(self, job: Job, op: PrefetchOp) -> None:
         """Start a planned prefetch, or forfeit it when an aux staging window does not fit."""
@@ -212,10 +224,13 @@ class Server:
 
     def prefetching(self, job: Job, op: PrefetchOp) -> Generator[simpy.Event, Any, None]:
         env, prefetcher = self.env, self.prefetcher
-        yield env.timeout(self.storage.exists_s(len(op.span)))
+        if op.assumed_end is None:
+            yield env.timeout(self.storage.exists_s(len(op.span)))
         outcome = prefetcher.query(op, env.now, queue_empty=not self.parked)
         if outcome == Outcome.DECLINED and (yield from self._parked(op)):
             outcome = None
+        if outcome is None and self.model.buffer_only:
+            outcome = self._commit_anchor(job, op)
         if outcome is not None:
             self._missed(job, op, outcome)
             return
@@ -234,6 +249,53 @@ class Server:
             prefetcher.read_aux(op, transfer, env.now)
         op.done = True
         self.poke()
+
+    def _commit_anchor(self, job: Job, op: PrefetchOp) -> Outcome | None:
+        """buffer_only: as a staged op commits its reads, check the device prefix it splices
+        onto and pin it within the cap (SGLang's IO commit in `_try_alloc_storage_hit`,
+        `try_lock_anchor`): a lost anchor or a hit the device now holds gives the staging back."""
+        prompt = job.req.pages[: job.req.prompt_pages]
+        match = self.tree.match(prompt)
+        lost = match.host_pages < op.start_page
+        if lost or match.host_pages >= op.start_page + op.hit_pages:
+            self.prefetcher.unstage(op)
+            self._poke_host_freed()
+            return Outcome.ANCHOR_LOST if lost else Outcome.DEVICE_COVERED
+        if self.anchors.try_pin(match.host_pages):
+            self._move_lock(job, match.host_node)
+            job.anchor_pages = match.host_pages
+        return None
+
+    def _unpin(self, job: Job) -> None:
+        """The job's anchor no longer counts against the cap (its lock is moved or released
+        by the caller)."""
+        self.anchors.release(job.anchor_pages)
+        job.anchor_pages = 0
+
+    def _refetch(self, job: Job) -> None:
+        """buffer_only: a staged hold whose anchor shrank (evicted while unpinned) cannot be
+        spliced: release it and fetch the span again at once, assuming storage still holds it
+        (SGLang's `_refetch_staged`: `release_staged_hold("shrunk")`, then
+        `StoragePrefetchRetries.refetch`, re-issued at the next pass even for the queue head)."""
+        op = job.op
+        assert op is not None
+        end = op.start_page + op.hit_pages
+        self._record_prefetch(job, op, Outcome.REFETCHED, ())
+        job.prefetch_outcome = Outcome.REFETCHED
+        self.prefetcher.release_hold(op)
+        self._poke_host_freed()
+        if job.anchor_pages:
+            self._unpin(job)
+            self._move_lock(job, self.tree.root)
+        if job.retries >= self.prefetcher.retry.max_attempts:
+            return
+        job.refetch_end = end
+        retries = self.model.retries
+        if retries is None:
+            self._reissue(job)
+        else:
+            retries.refetch(job.req.rid)
+            self._marked[job.req.rid] = job
 
     def _parked(self, op: PrefetchOp) -> Generator[simpy.Event, Any, bool]:
         """Wait, parked behind the hits parked before it, for staging (buffer_only mode); False
@@ -350,13 +412,26 @@ class Server:
 
     def _next_admissible(self) -> Job | None:
         """First waiting job whose prefetch may stop now and whose memory can be reserved."""
-        now = self.env.now
+        now, tree = self.env.now, self.tree
         for i, job in enumerate(self.waiting):
             if not self._prefetch_settled(job, now):
                 continue
             prompt = job.req.pages[: job.req.prompt_pages]
-            need = len(job.req.pages) - self.tree.match(prompt).device_pages
-            if not self.tree.reserve(need, 1):
+            match = tree.match(prompt)
+            op = job.op
+            if (
+                self.model.buffer_only
+                and op is not None
+                and op.issued
+                and match.host_pages < op.start_page
+            ):
+                self._refetch(job)
+                continue
+            need = len(job.req.pages) - match.device_pages
+            tree.lock(match.host_node)
+            reserved = tree.reserve(need, 1)
+            tree.unlock(match.host_node)
+            if not reserved:
                 return None
             job.reserved_kv = need
             del self.waiting[i]
@@ -398,6 +473,8 @@ class Server:
             computed_from=covered,
             backed_up=loaded_end >= covered > match.device_pages,
         )
+        if job.anchor_pages:
+            self._unpin(job)
         job.recomputed_tokens = req.prompt_tokens - covered * page_size
         job.device_change_pages = covered - job.host_pages - job.l3_loaded_pages
         job.load_pages = covered - match.device_pages

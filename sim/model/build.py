@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.heal import RULES, DiscardView
+from sim.model.anchors import AnchorPins
 from sim.model.backup import StagedWrite, WritePath
 from sim.model.components import AuxDevice
 from sim.model.existence import ExistenceCache
@@ -136,6 +138,8 @@ class ServerModel:
     buffer_only: bool
     retries: PrefetchRetries | None = None
     """Retries paced in scheduler passes (None: in seconds, `RetryBudget.interval_s`)."""
+    anchors: AnchorPins = field(default_factory=lambda: AnchorPins(0))
+    """buffer_only: the anchors staged prefetches pin, within their cap."""
 
 
 @dataclass
@@ -329,6 +333,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         loops=loops,
         timing=timing,
         buffer_only=buffer_only,
+        anchors=AnchorPins(int(Fraction(scenario.host.anchor_lock_cap) * scenario.device.kv_pages)),
         retries=(
             PrefetchRetries(retry.max_attempts, retry.interval_passes)
             if retry.interval_s is None

@@ -66,6 +66,9 @@ class PrefetchOp:
     """KV pages read from objects another server of the cluster stored."""
     staged_windows: dict[str, int] = field(default_factory=dict)
     """Host staging pages each aux pool's window took when the op was issued."""
+    assumed_end: int | None = None
+    """A re-fetch after a staged span shrank: storage is assumed to hold the span up to this
+    absolute page, so no hit query is asked (SGLang's `assume_stored`)."""
 
     @property
     def issued(self) -> bool:
@@ -172,13 +175,22 @@ class Outcome(StrEnum):
     """Host staging for loads was saturated: not issued."""
     CANCELLED = "cancelled"
     """The policy stopped the attempt before the hit query answered."""
+    ANCHOR_LOST = "anchor_lost"
+    """buffer_only: the device prefix the prefetch was planned against was evicted before its
+    reads were committed (`declined_anchor_lost`): not issued, marked for a retry."""
+    DEVICE_COVERED = "device_covered"
+    """buffer_only: by the time its reads were committed the device held the whole hit
+    (`declined_device_covered`): not issued, not retried."""
+    REFETCHED = "refetched"
+    """buffer_only: staged, but at admission its anchor had shrunk (an unpinned anchor
+    evicted): the hold was released and the span re-fetched at once (`_refetch_staged`)."""
     FORFEITED = "forfeited"
     """An aux pool's host staging window could not be taken when the prefetch was issued: the
     whole fetch was given up before the hit query (`log_prefetch_aux_alloc_failed_tokens`)."""
 
 
 RETRIED_OUTCOMES = frozenset(
-    {Outcome.REVOKED, Outcome.DECLINED, Outcome.CANCELLED, Outcome.FORFEITED}
+    {Outcome.REVOKED, Outcome.DECLINED, Outcome.CANCELLED, Outcome.FORFEITED, Outcome.ANCHOR_LOST}
 )
 """Misses a retry re-arms: every attempt that ended without host staging (SGLang marks the rid
 in `_storage_prefetch_missed_rids` for a hit below the threshold, whose backup may not have
@@ -243,12 +255,18 @@ class Prefetcher:
         """buffer_only mode: the host staging pools of the aux pools that stage (SWA)."""
 
     def plan(
-        self, rid: int, start_page: int, span: Sequence[int], now_s: float, attempt: int = 0
+        self,
+        rid: int,
+        start_page: int,
+        span: Sequence[int],
+        now_s: float,
+        attempt: int = 0,
+        assumed_end: int | None = None,
     ) -> PrefetchOp | None:
         """A prefetch for the unmatched span, or None when it is too short to be worth one."""
         if len(span) < self.threshold_pages:
             return None
-        return PrefetchOp(rid, start_page, tuple(span), now_s, attempt)
+        return PrefetchOp(rid, start_page, tuple(span), now_s, attempt, assumed_end=assumed_end)
 
     def take_windows(self, op: PrefetchOp) -> bool:
         """Take each staging aux pool's window for the op as it is issued; False, taking
@@ -279,9 +297,12 @@ class Prefetcher:
         not anyone still waits for it (SGLang's `_drain_and_alloc_storage_hit` flushes it for
         a gone request, and `revoke_pending_prefetch` for a terminated one).
         """
-        hit = self.hit_query(self.storage, op.span, now_s)
-        self.storage.touch_queried(op.span, now_s)
-        self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
+        if op.assumed_end is not None:
+            hit = max(0, min(len(op.span), op.assumed_end - op.start_page))
+        else:
+            hit = self.hit_query(self.storage, op.span, now_s)
+            self.storage.touch_queried(op.span, now_s)
+            self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
         if op.terminated:
             return Outcome.CANCELLED
         if hit < self.threshold_pages:
@@ -297,6 +318,20 @@ class Prefetcher:
         op.hit_pages = op.reported_pages
         op.aux = plan_aux_transfers(self.storage.aux, op, buffer_only=self.buffer_only)
         return True
+
+    def unstage(self, op: PrefetchOp) -> None:
+        """Give back a staged op's host staging before any read (its anchor was lost, or the
+        device covers it): it is not issued."""
+        self.host.free_prefetch(op.hit_pages)
+        op.hit_pages, op.aux = 0, []
+
+    def release_hold(self, op: PrefetchOp) -> None:
+        """Give back everything a staged op holds, its reads abandoned (a re-fetch); the op is
+        then settled, with nothing to load."""
+        op.terminated = op.done = True
+        self.host.free_prefetch(op.hit_pages)
+        self.release_windows(op)
+        op.hit_pages, op.aux = 0, []
 
     def may_park(self, op: PrefetchOp) -> bool:
         """Does a rate-limited hit wait for staging rather than being declined? Not when it
