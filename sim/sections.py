@@ -212,6 +212,11 @@ class PrefetchSpec(Strict):
     timeout_base_s: NonNegFloat = 1.0
     timeout_per_ki_token_s: NonNegFloat = 0.25
     retry: RetrySpec = Field(default_factory=RetrySpec)
+    shrink: Literal["page", "restorable", "none"] = "page"
+    """Cache mode: a hit host memory cannot stage whole, even after evicting host copies,
+    shrinks to what fits if that meets the threshold: to a page (`page`, SGLang through
+    v0.5.20), to the largest endpoint every aux pool can restore (`restorable`, the newest
+    code), or not at all (`none`, the simulator's earlier model: declined)."""
 
 
 class ComputeSpec(Strict):

@@ -35,6 +35,7 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
         "host.io_backend": "kernel",
         "host.mem_layout": "page_first",
         "heal": "keep_pages",
+        "prefetch.shrink": "page",
     },
     "v0.5.20": {
         "host.mode": "cache",
@@ -51,6 +52,7 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
         "host.io_backend": "kernel",
         "host.mem_layout": "page_first",
         "heal": "keep_pages",
+        "prefetch.shrink": "page",
     },
     "main": {
         "host.mode": "cache",
@@ -67,6 +69,7 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
         "host.io_backend": "kernel",
         "host.mem_layout": "page_first",
         "heal": "keep_pages",
+        "prefetch.shrink": "restorable",
     },
 }
 BACKEND_VALUES: dict[str, dict[str, Any]] = {

@@ -129,6 +129,11 @@ _SHARED_ERA_SETTINGS = (
     Setting("heal", "keep_pages", "the discard branch's `invalidate_beyond(KV, keep_pages)`"),
 )
 
+_PAGE_SHRINK = Setting(
+    "prefetch.shrink",
+    "page",
+    "cache mode: `alloc_len = min(hit, avail - avail % page)` in `_try_alloc_storage_hit`",
+)
 SGLANG_ERAS.register(
     "pr36386",
     SGLangEra(
@@ -164,6 +169,7 @@ SGLANG_ERAS.register(
                 0.0,
                 "anchor pins opt-in behind `SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK` (PR #35769)",
             ),
+            _PAGE_SHRINK,
         ),
         buffer_only_pools=frozenset({"kv", "swa"}),
         memory_tiers=TIERS_BEFORE_37898,
@@ -205,6 +211,7 @@ SGLANG_ERAS.register(
                 "kv",
                 "`invalidate_beyond(PoolName.KV, ...)` still the only heal (commit 31980163)",
             ),
+            _PAGE_SHRINK,
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
         memory_tiers=TIERS_SINCE_37898,
@@ -224,6 +231,12 @@ SGLANG_ERAS.register(
                 "per_pool",
                 "`PoolExistenceBeliefs`, one LRU of 512K per pool, nodes written pool by pool "
                 "(buffer_mode/storage_existence_cache.py, pipeline.py `_write_intents`)",
+            ),
+            Setting(
+                "prefetch.shrink",
+                "restorable",
+                "cache mode: a hit that does not fit shrinks to the largest restorable endpoint "
+                "(`restorable_prefix_pages`; its tests, the source not stored)",
             ),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba"}),

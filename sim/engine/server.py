@@ -115,6 +115,7 @@ class Server:
         tree's and its prefetcher's. The record tables hold everything else a summary needs."""
         return {
             "hit_query_dropped_beliefs": self.prefetcher.hit_query_dropped_beliefs,
+            "prefetch_shrunk": self.prefetcher.shrunk_prefetches,
             **self.tree.counters(),
         }
 

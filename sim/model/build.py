@@ -20,7 +20,12 @@ from sim.model.anchors import AnchorPins
 from sim.model.backup import StagedWrite, WritePath
 from sim.model.components import AuxDevice
 from sim.model.existence import ExistenceCache
-from sim.model.host import AuxStaging, HostPool
+from sim.model.host import (
+    CACHE_PREFETCH_CAPACITY_FRACTION,
+    LOAD_POOL_USAGE_FRACTION,
+    AuxStaging,
+    HostPool,
+)
 from sim.model.loops import LoopTracker
 from sim.model.pools import (
     EVICTION_STREAM,
@@ -261,7 +266,12 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         host_cache_pages=None if buffer_only else scenario.host.pages,
         window_retention=scenario.device.swa_retention == "window",
     )
-    host = HostPool(scenario.host.pages, cached_pages=lambda: tree.host_used, cache=tree.host)
+    host = HostPool(
+        scenario.host.pages,
+        cached_pages=lambda: tree.host_used,
+        cache=tree.host,
+        load_fraction=LOAD_POOL_USAGE_FRACTION if buffer_only else CACHE_PREFETCH_CAPACITY_FRACTION,
+    )
     entries = scenario.existence_cache.entries
     existence = ExistenceCache(entries, enabled=buffer_only)
     per_pool = scenario.existence_cache.beliefs == "per_pool"
@@ -306,6 +316,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         retry=retry,
         client=instance,
         aux_staging=aux_staging(scenario, aux) if buffer_only else (),
+        shrink=prefetch.shrink,
     )
     copies = {name: scenario.model.pool_spec(name).host_copies() for name in pools}  # type: ignore[union-attr]
     timing = Timing(

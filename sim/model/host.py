@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from sim.model.device import Resource
 
 LOAD_POOL_USAGE_FRACTION = 0.9
+CACHE_PREFETCH_CAPACITY_FRACTION = 0.5
 WRITE_STAGING_POOL_FRACTION = 0.2
 
 
@@ -29,10 +30,19 @@ class HostPool:
     """Cache mode: the tree's host copies, which a prefetch may evict to fit."""
     prefetch_pages: int = 0
     backup_pages: int = 0
+    load_fraction: float = LOAD_POOL_USAGE_FRACTION
+    """The share of the pool loads may stage: 0.9 in buffer_only mode
+    (HICACHE_LOAD_POOL_USAGE_FRACTION), 0.5 in cache mode (the controller's
+    `prefetch_capacity_limit`)."""
 
     @property
     def used_pages(self) -> int:
         return self.cached_pages() + self.prefetch_pages + self.backup_pages
+
+    def stageable_pages(self) -> int:
+        """Pages a load could stage now, within the load share and what is free."""
+        limit = int(self.load_fraction * self.capacity_pages) - self.prefetch_pages
+        return max(0, min(self.free_pages, limit))
 
     @property
     def free_pages(self) -> int:
@@ -40,12 +50,12 @@ class HostPool:
 
     def prefetch_rate_limited(self, pages: int) -> bool:
         """Would staging `pages` more for loads exceed the load share of the pool?"""
-        limit = LOAD_POOL_USAGE_FRACTION * self.capacity_pages
+        limit = self.load_fraction * self.capacity_pages
         return self.prefetch_pages + pages > limit or pages > self.free_pages
 
     def can_ever_stage(self, pages: int) -> bool:
         """Could a load of `pages` be staged once nothing else is?"""
-        return pages <= LOAD_POOL_USAGE_FRACTION * self.capacity_pages
+        return pages <= self.load_fraction * self.capacity_pages
 
     def alloc_prefetch(self, pages: int) -> bool:
         if self.prefetch_rate_limited(pages) and not self._evict_for(pages):
@@ -56,10 +66,7 @@ class HostPool:
     def _evict_for(self, pages: int) -> bool:
         """Cache mode: make room for staging by evicting host copies (within the load share)."""
         cache = self.cache
-        if (
-            cache is None
-            or self.prefetch_pages + pages > LOAD_POOL_USAGE_FRACTION * self.capacity_pages
-        ):
+        if cache is None or self.prefetch_pages + pages > self.load_fraction * self.capacity_pages:
             return False
         cache.reserved = self.prefetch_pages + self.backup_pages
         try:

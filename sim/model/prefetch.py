@@ -229,6 +229,7 @@ class Prefetcher:
         retry: RetryBudget,
         client: int = 0,
         aux_staging: Sequence[AuxStaging] = (),
+        shrink: str = "none",
     ) -> None:
         self.storage = storage
         self.client = client
@@ -252,6 +253,10 @@ class Prefetcher:
         own tail pages."""
         self.hit_query_dropped_beliefs = 0
         self.aux_staging = {staging.pool: staging for staging in aux_staging}
+        self.shrink = shrink
+        """Cache mode: how a hit that cannot be staged whole shrinks (`none`, `page`,
+        `restorable`)."""
+        self.shrunk_prefetches = 0
         """buffer_only mode: the host staging pools of the aux pools that stage (SWA)."""
 
     def plan(
@@ -308,16 +313,33 @@ class Prefetcher:
         if hit < self.threshold_pages:
             return Outcome.REVOKED
         op.reported_pages = hit
-        return None if queue_empty and self.stage(op) else Outcome.DECLINED
+        return None if queue_empty and self.stage(op, now_s) else Outcome.DECLINED
 
-    def stage(self, op: PrefetchOp) -> bool:
+    def stage(self, op: PrefetchOp, now_s: float | None = None) -> bool:
         """Allocate host staging for the reported hit and plan its aux transfers; False when
-        staging for loads is saturated (rate limit)."""
+        staging for loads is saturated (rate limit). In cache mode (given `now_s`) a hit that
+        does not fit even after host eviction shrinks to what does, if that still meets the
+        threshold (SGLang's `_try_alloc_storage_hit`): to a page (`shrink: page`, the aux
+        tails then asked at an endpoint storage may not hold) or to the largest endpoint every
+        aux pool can restore (`shrink: restorable`)."""
         if not self.host.alloc_prefetch(op.reported_pages):
-            return False
+            shrunk = self._shrunk_hit(op, now_s)
+            if shrunk < self.threshold_pages or not self.host.alloc_prefetch(shrunk):
+                return False
+            op.reported_pages = shrunk
+            self.shrunk_prefetches += 1
         op.hit_pages = op.reported_pages
         op.aux = plan_aux_transfers(self.storage.aux, op, buffer_only=self.buffer_only)
         return True
+
+    def _shrunk_hit(self, op: PrefetchOp, now_s: float | None) -> int:
+        """The hit cache mode falls back to when the whole one cannot be staged (0: none)."""
+        if self.buffer_only or now_s is None or self.shrink == "none":
+            return 0
+        room = min(op.reported_pages, self.host.stageable_pages())
+        if self.shrink == "page" or not self.storage.aux:
+            return room
+        return HIT_QUERIES["intersect"](self.storage, op.span[:room], now_s)
 
     def unstage(self, op: PrefetchOp) -> None:
         """Give back a staged op's host staging before any read (its anchor was lost, or the

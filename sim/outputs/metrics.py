@@ -71,6 +71,7 @@ EXTRA_KEYS = (
     "backup_dropped_tokens",
     "heal_dropped_beliefs",
     "hit_query_dropped_beliefs",
+    "prefetch_shrunk",
     "device_backoff_tokens",
     "device_change_tokens",
     "read_transfer_bytes",
