@@ -56,6 +56,17 @@ def make_doc(**overrides: Any) -> dict[str, Any]:
     return doc
 
 
+QUEUED = {
+    "workload.prefixes": 60,
+    "workload.prefix_tokens": 4096,
+    "workload.requests": 400,
+    "workload.arrival_rate_per_s": 15,
+    "device.kv_pages": 1200,
+    "device.swa_pages": 1200,
+}
+"""A server that queues: more prefixes than the device holds, arriving faster than it serves."""
+
+
 def make_scenario(**overrides: Any) -> Scenario:
     return build_scenario(make_doc(**overrides), "<test>")
 

@@ -7,16 +7,7 @@ from __future__ import annotations
 
 from sim.model.anchors import AnchorPins
 from sim.runner import RunResult, run
-from tests.conftest import make_scenario
-
-QUEUED = {
-    "workload.prefixes": 60,
-    "workload.prefix_tokens": 4096,
-    "workload.requests": 400,
-    "workload.arrival_rate_per_s": 15,
-    "device.kv_pages": 1200,
-    "device.swa_pages": 1200,
-}
+from tests.conftest import QUEUED, make_scenario
 
 
 def queued(cap: float) -> RunResult:

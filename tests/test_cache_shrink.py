@@ -12,19 +12,9 @@ import pytest
 
 from sim.model.host import HostPool
 from sim.runner import run
-from tests.conftest import make_scenario
+from tests.conftest import QUEUED, make_scenario
 
-SMALL_HOST = {
-    "host.mode": "cache",
-    "host.pages": 150,
-    "storage.read_gbps": 0.3,
-    "workload.prefixes": 60,
-    "workload.prefix_tokens": 4096,
-    "workload.requests": 400,
-    "workload.arrival_rate_per_s": 15,
-    "device.kv_pages": 1200,
-    "device.swa_pages": 1200,
-}
+SMALL_HOST = {**QUEUED, "host.mode": "cache", "host.pages": 150, "storage.read_gbps": 0.3}
 """Hits of up to 64 pages, host staging for loads of 75 (half the pool), slow reads: hits
 contend for staging."""
 

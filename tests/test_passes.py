@@ -13,7 +13,7 @@ from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.retries import PrefetchRetries
 from sim.runner import RunResult, run
 from sim.workload import Request
-from tests.conftest import make_scenario
+from tests.conftest import QUEUED, make_scenario
 
 PAGE = 64
 
@@ -89,16 +89,6 @@ def test_marks_past_the_attempts_or_with_the_interval_off_are_dropped() -> None:
     off.mark(5)
     off.refetch(6)
     assert off.pop_ready(None, lambda rid: 0) == [6], "an immediate re-fetch ignores it"
-
-
-QUEUED = {
-    "workload.prefixes": 60,
-    "workload.prefix_tokens": 4096,
-    "workload.requests": 400,
-    "workload.arrival_rate_per_s": 15,
-    "device.kv_pages": 1200,
-    "device.swa_pages": 1200,
-}
 
 
 def retry_gaps(**overrides: object) -> pd.Series:

@@ -18,20 +18,10 @@ from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.prefetch import RETRIED_OUTCOMES
 from sim.runner import RunResult, run
 from sim.workload import Request
-from tests.conftest import make_scenario
+from tests.conftest import QUEUED, make_scenario
 
 PAGES = 8
 PAGE = 64
-
-QUEUED = {
-    "workload.prefixes": 60,
-    "workload.prefix_tokens": 4096,
-    "workload.requests": 400,
-    "workload.arrival_rate_per_s": 15,
-    "device.kv_pages": 1200,
-    "device.swa_pages": 1200,
-}
-"""A server that queues: more prefixes than the device holds, arriving faster than it serves."""
 
 
 def queued_run(**overrides: object) -> RunResult:
