@@ -138,7 +138,6 @@ class Server:
         """The event the next release of host staging triggers (shared by every waiter)."""
         if self._host_freed.triggered:
             self._host_freed = self.env.event()
-        self._queued = self.env.event()
         return self._host_freed
 
     # ------------------------------------------------------------------ admission
