@@ -147,6 +147,8 @@ class StoragePoolSpec(Strict):
     capacity_gb: Annotated[float, Field(strict=True, ge=0.0, le=1e9)] | None = None
     get_fail_prob: Probability = 0.0
     put_fail_prob: Probability = 0.0
+    torn_put_prob: Probability = 0.0
+    """Share of stored shards left torn: `exists` reports them, every read of them fails."""
     evict_rate_per_s: Annotated[float, Field(strict=True, ge=0.0, le=1e4)] = 0.0
     put_outage_s: tuple[NonNegFloat, NonNegFloat] | None = None
 
@@ -173,6 +175,13 @@ class StorageSpec(Strict):
     write_dedup: bool = True
     """A put of a key the backend reports as stored is skipped (file, hf3fs, Mooncake); false
     writes it again (nixl)."""
+    failed_read: Literal["keep", "delete", "halt"] = "keep"
+    """What a failed read does: `keep` leaves the object (every SGLang backend but the file
+    one); `delete` removes it (a what-if: no backend does); `halt` raises out of the backend and
+    stops the server's storage reads for the rest of the run (the file backend)."""
+    failed_put_torn: bool = False
+    """A failed put leaves a torn object at its key (the file backend while it wrote straight
+    to the key's path) instead of nothing."""
     eviction: Literal["lru", "fifo", "lease"] = "lru"
     """Which object a full pool evicts: `lru` (least recently read or rewritten), `fifo`
     (oldest write), `lease` (Mooncake: least recently touched, `exists` included)."""

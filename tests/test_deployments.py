@@ -78,6 +78,8 @@ BACKEND_VALUES: dict[str, dict[str, Any]] = {
         "storage.write_dedup": True,
         "storage.eviction": "lru",
         "storage.exists_ttl_s": 0.0,
+        "storage.failed_read": "halt",
+        "storage.failed_put_torn": False,
     },
     "hf3fs": {
         "storage.hit_query": "min_of_pools",
@@ -88,6 +90,7 @@ BACKEND_VALUES: dict[str, dict[str, Any]] = {
         "storage.hit_query": "min_of_pools",
         "storage.write_dedup": False,
         "storage.eviction": "lru",
+        "storage.failed_read": "keep",
     },
     "mooncake": {
         "storage.hit_query": "intersect",
@@ -95,6 +98,7 @@ BACKEND_VALUES: dict[str, dict[str, Any]] = {
         "storage.eviction": "lease",
         "storage.eviction_high_watermark_ratio": 0.9,
         "storage.eviction_ratio": 0.05,
+        "storage.failed_read": "keep",
     },
 }
 GPU_VALUES: dict[str, dict[str, Any]] = {

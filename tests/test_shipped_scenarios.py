@@ -15,7 +15,7 @@ SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))
 
 def without_faults(path: Path) -> Scenario:
     """The scenario with SGLang's hit query, wait_complete prefetches, and no storage fault: no
-    failed put or get, no outage, no backend eviction (random or by capacity), no stale exists.
+    failed put or get, no torn object, no outage, no backend eviction (random or by capacity), no stale exists.
     Long runs are cut to 300 s (the trace to its first 1,500 requests)."""
     scenario = load_scenario(path)
     overrides = [
@@ -28,6 +28,7 @@ def without_faults(path: Path) -> Scenario:
         overrides += [
             f"{key}.put_fail_prob=0",
             f"{key}.get_fail_prob=0",
+            f"{key}.torn_put_prob=0",
             f"{key}.evict_rate_per_s=0",
             f"{key}.put_outage_s=null",
             f"{key}.capacity_gb=null",

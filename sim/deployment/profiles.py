@@ -248,6 +248,12 @@ _MIN_FOLD = (
     "per pool the largest endpoint at or below the KV hit whose tail is stored, then the "
     "minimum (`batch_exists_v2`)"
 )
+_FILE_WRITES_VIA_TEMPORARY = Setting(
+    "storage.failed_put_torn",
+    False,
+    "`set` writes a temporary file and renames it over the key (`os.replace`), removing it "
+    "when the write fails",
+)
 STORAGE_BACKENDS.register(
     "file",
     StorageBackend(
@@ -272,6 +278,14 @@ STORAGE_BACKENDS.register(
                 "metadata cache off (`SGLANG_HICACHE_FILE_BACKEND_ENABLE_METADATA_CACHE` False; "
                 "5 s TTL when on)",
             ),
+            Setting(
+                "storage.failed_read",
+                "halt",
+                "`get` catches only FileNotFoundError: a short read raises IOError, as does EIO, "
+                "out of `batch_get` and ends the prefetch IO worker (PR #39269, open, would "
+                "make it a miss)",
+            ),
+            _FILE_WRITES_VIA_TEMPORARY,
         ),
     ),
 )
@@ -308,6 +322,12 @@ STORAGE_BACKENDS.register(
                 "`batch_set_v1` / `batch_set_v2` write every key: no existence check found",
             ),
             Setting("storage.eviction", "lru", "no eviction of its own (a bound is LRU here)"),
+            Setting(
+                "storage.failed_read",
+                "keep",
+                "`_xfer_and_wait` returns False on a transfer error or exception; nothing is "
+                "removed",
+            ),
         ),
     ),
 )
@@ -345,6 +365,12 @@ STORAGE_BACKENDS.register(
                 "storage.eviction_ratio",
                 0.05,
                 "`eviction_ratio` 0.05 (Mooncake `types.h`)",
+            ),
+            Setting(
+                "storage.failed_read",
+                "keep",
+                "`batch_get_into` reports a negative result per key, the page fails; nothing is "
+                "removed",
             ),
         ),
         forbids_layouts=("layer_first",),

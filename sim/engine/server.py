@@ -24,6 +24,7 @@ from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
 from sim.model.backup import BackupIntent, StagedWrite
 from sim.model.build import ServerModel
 from sim.model.node import Node
+from sim.model.pools import KV
 from sim.model.prefetch import Outcome, PrefetchOp
 from sim.workload import Request
 
@@ -94,6 +95,10 @@ class Server:
         self.decoding_jobs = 0
         self._marked: dict[int, Job] = {}
         """Requests marked for a pass-paced retry."""
+        self.io_halted_s: float | None = None
+        """When a read raised out of the backend and ended this server's storage reads (SGLang's
+        prefetch IO worker dies and is never restarted): later prefetches are queried and staged
+        but never complete, so each ends by its termination policy."""
         self.anchors = model.anchors
         self.load_tokens = 0
         """Prompt tokens of the requests waiting or running here (what `/get_load` reports)."""
@@ -116,6 +121,7 @@ class Server:
         return {
             "hit_query_dropped_beliefs": self.prefetcher.hit_query_dropped_beliefs,
             "prefetch_shrunk": self.prefetcher.shrunk_prefetches,
+            "storage_io_halts": int(self.io_halted_s is not None),
             **self.tree.counters(),
         }
 
@@ -236,17 +242,29 @@ class Server:
             return
         kv_bytes = self.storage.kv.page_bytes
         for batch in prefetcher.kv_batches(op):
+            if self.io_halted_s is not None:
+                return
             yield from self._read(op, len(batch) * kv_bytes)
+            if self.io_halted_s is not None:
+                return
             if op.terminated or not prefetcher.read_kv(op, batch, env.now):
+                if prefetcher.read_raised(KV):
+                    self.io_halted_s = env.now
+                    return
                 break
         for transfer in prefetcher.aux_reads(op):
-            if op.terminated:
+            if op.terminated or self.io_halted_s is not None:
                 break
             nbytes = len(transfer.keys or ()) * self.storage.pools[transfer.pool].page_bytes
             yield from self._read(op, nbytes)
-            if op.terminated:
+            if op.terminated or self.io_halted_s is not None:
                 break
             prefetcher.read_aux(op, transfer, env.now)
+            if prefetcher.read_raised(transfer.pool):
+                self.io_halted_s = env.now
+                return
+        if self.io_halted_s is not None:
+            return
         op.done = True
         self.poke()
 

@@ -371,5 +371,8 @@ def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
         high_watermark=scenario.storage.eviction_high_watermark_ratio,
         evict_ratio=scenario.storage.eviction_ratio,
         write_dedup=scenario.storage.write_dedup,
+        torn_put_prob=spec.torn_put_prob,
+        failed_read=scenario.storage.failed_read,
+        failed_put_torn=scenario.storage.failed_put_torn,
         ranks=ranks,
     )

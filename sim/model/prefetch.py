@@ -406,6 +406,12 @@ class Prefetcher:
         op.kv_read_pages += served
         return served == len(batch)
 
+    def read_raised(self, pool: str) -> bool:
+        """Whether the latest read of this pool failed in a backend whose failed reads raise
+        (`failed_read: halt`), which ends the server's storage reads."""
+        store = self.storage.pools[pool]
+        return store.last_read_failed and store.failed_read == "halt"
+
     def aux_reads(self, op: PrefetchOp) -> list[AuxTransfer]:
         """Aux transfers to read: only after KV completed and the op was not stopped."""
         if op.completed_pages != op.hit_pages or op.terminated:

@@ -30,9 +30,18 @@ STORAGE_COUNTERS = (
     "put_inserts",
     "evictions",
     "stored_bytes",
+    "torn_puts",
+    "torn_reads",
 )
 """Per-pool counters every run reports as `storage_<pool>_<counter>` (`stored_bytes`: what the
-pool holds at the horizon)."""
+pool holds at the horizon; `torn_puts`: puts that left an unreadable object, `torn_reads`: reads
+that met one)."""
+
+FAILED_READS = ("keep", "delete", "halt")
+"""What a failed read (a failure draw or a torn object) does: `keep` reports it and leaves the
+object, so `exists` goes on reporting it; `delete` also removes the object; `halt` raises out of
+the backend, which stops the reading server's storage prefetch for the rest of the run (SGLang's
+file backend)."""
 
 
 EVICTION_ORDERS = ("lru", "fifo", "lease")
@@ -80,6 +89,18 @@ class StoragePool:
     write_dedup: bool = True
     """A put of a key `exists` reports is skipped (the file, hf3fs and Mooncake backends);
     without it the key is written again and may fail like any put (nixl)."""
+    torn_put_prob: float = 0.0
+    """Share of the shards a put stores that are torn: `exists` reports them and every read of
+    them fails (a write cut short at the key's own path, or lost before it reached the disk)."""
+    failed_read: str = "keep"
+    """One of FAILED_READS."""
+    failed_put_torn: bool = False
+    """A put that fails leaves a torn object at its key (a write straight to the key's path
+    that stops part way) instead of nothing."""
+    torn_puts: int = 0
+    torn_reads: int = 0
+    last_read_failed: bool = False
+    """Whether the latest `get` stopped at a failed read (not at a missing object)."""
     ranks: int = 1
     """Tensor-parallel ranks that each store their own shard of every page, under their own
     key (SGLang's file and nixl backends suffix keys with the rank, Mooncake with
@@ -90,6 +111,8 @@ class StoragePool:
     def __post_init__(self) -> None:
         if self.eviction not in EVICTION_ORDERS:
             raise ValueError(f"eviction {self.eviction!r} is not one of {EVICTION_ORDERS}")
+        if self.failed_read not in FAILED_READS:
+            raise ValueError(f"failed_read {self.failed_read!r} is not one of {FAILED_READS}")
         self._refresh = self.eviction != "fifo"
         self._lease = self.eviction == "lease"
         self._stale: dict[int, float] = {}
@@ -105,6 +128,8 @@ class StoragePool:
         """Keys some ranks stored and others failed to -> the bit mask of the ranks that hold
         a shard (tensor parallelism). Such shards take no room in the LRU and are never
         evicted: the simplification costs at most the failed puts' shards."""
+        self._torn: set[int] = set()
+        """Stored keys with a torn shard: `exists` reports them, reads of them fail."""
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -200,13 +225,15 @@ class StoragePool:
         A read of a stored object refreshes it even when the get then fails; a read of a missing
         object changes nothing (a storage backend does not insert on a missed read) but clears
         the stale positives of the batch's missing keys (a batch read tries every key, and a
-        failed one drops the backend's metadata entry).
+        failed one drops the backend's metadata entry). A failure draw or a torn object fails
+        the read of a stored object; what that does to it is `failed_read`'s.
         """
-        objects, lru = self._objects, self._lru
+        objects, lru, torn = self._objects, self._lru, self._torn
         fails = self._draws(len(keys), self.get_fail_prob)
         if fails is not None and self.ranks > 1:
             fails = np.asarray(fails.any(axis=1))
         log = self.access_log
+        self.last_read_failed = False
         for i, key in enumerate(keys):
             if key not in objects:
                 self.get_misses += 1
@@ -222,13 +249,34 @@ class StoragePool:
                 self.cross_get_hits += 1
             if log is not None:
                 log.append((now_s, "get", key, True, client))
-            if fails is not None and fails[i]:
-                if self._stale:
-                    for missing in keys[i + 1 :]:
-                        if missing not in objects:
-                            self._stale.pop(missing, None)
+            is_torn = bool(torn) and key in torn
+            if is_torn or (fails is not None and fails[i]):
+                self._read_failed(key, keys[i + 1 :], is_torn)
                 return i
         return len(keys)
+
+    def _read_failed(self, key: int, rest: Sequence[int], torn: bool) -> None:
+        """The read of a stored object failed: the batch's later missing keys lose their stale
+        positives, and the object stays or goes as `failed_read` says."""
+        objects = self._objects
+        if self._stale:
+            for missing in rest:
+                if missing not in objects:
+                    self._stale.pop(missing, None)
+        self.last_read_failed = True
+        self.torn_reads += torn
+        if self.failed_read == "delete":
+            self._torn.discard(key)
+            del objects[key]
+            self.evictions += 1
+
+    def _tear(self, key: int, torn: np.ndarray | None, i: int) -> None:
+        """Mark a key just stored torn when any rank's shard of it tore."""
+        if torn is not None and np.atleast_1d(torn[i]).any():
+            self._torn.add(key)
+            self.torn_puts += 1
+        elif self._torn:
+            self._torn.discard(key)
 
     def put(self, keys: Sequence[int], now_s: float, client: int = 0) -> list[bool]:
         """Write keys; returns whether each put succeeded.
@@ -245,11 +293,12 @@ class StoragePool:
         window = self.put_outage_s
         outage = window is not None and window[0] <= now_s < window[1]
         fails = None if outage else self._draws(n, self.put_fail_prob)
+        torn = None if outage else self._draws(n, self.torn_put_prob)
         objects, stale, log = self._objects, self._stale, self.access_log
         if not self.write_dedup:
-            return self._overwrite(keys, now_s, client, outage, fails)
-        fast = self._lru is None and log is None and not self._shards
-        if fast and not stale and not outage and fails is None:
+            return self._overwrite(keys, now_s, client, outage, fails, torn)
+        fast = self._lru is None and log is None and not self._shards and not self._torn
+        if fast and not stale and not outage and fails is None and torn is None:
             before, cross = len(objects), 0
             for key in keys:
                 owner = objects.setdefault(key, client)
@@ -276,6 +325,8 @@ class StoragePool:
                 continue
             if outage or not self._all_shards_stored(key, fails, i):
                 ok[i] = False
+                if not outage and self.failed_put_torn:
+                    self._store_torn(key, client)
                 continue
             if fast:
                 objects[key] = client
@@ -284,7 +335,18 @@ class StoragePool:
                 self._insert(key, client)
                 if log is not None:
                     log.append((now_s, "put", key, False, client))
+            if key in objects:
+                self._tear(key, torn, i)
         return ok
+
+    def _store_torn(self, key: int, client: int) -> None:
+        """A failed write that leaves what it wrote at the key's path: an object `exists`
+        reports and no read can use."""
+        self._shards.pop(key, None)
+        self._insert(key, client)
+        if key in self._objects:
+            self._torn.add(key)
+            self.torn_puts += 1
 
     def _overwrite(
         self,
@@ -293,9 +355,11 @@ class StoragePool:
         client: int,
         outage: bool,
         fails: np.ndarray | None,
+        torn: np.ndarray | None,
     ) -> list[bool]:
         """Puts of a backend that writes every key: each may fail; a failed rewrite leaves the
-        stored object in place (the write goes to a temporary file first)."""
+        stored object in place (the write goes to a temporary file first), unless failed writes
+        leave torn objects; a rewrite that succeeds replaces a torn object."""
         ok = [True] * len(keys)
         log = self.access_log
         for i, key in enumerate(keys):
@@ -306,10 +370,15 @@ class StoragePool:
                 if fails is not None:
                     failed = np.atleast_1d(fails[i])
                     ok[i] = not failed.any()
+                    if not ok[i] and self.failed_put_torn:
+                        self._store_torn(key, client)
+                        continue
                     if failed.all():
                         continue
             elif not self._all_shards_stored(key, fails, i):
                 ok[i] = False
+                if self.failed_put_torn:
+                    self._store_torn(key, client)
                 continue
             self._stale.pop(key, None)
             if key in self._objects and self._objects[key] != client:
@@ -317,6 +386,8 @@ class StoragePool:
             hit = self._insert(key, client)
             if log is not None:
                 log.append((now_s, "put", key, hit, client))
+            if key in self._objects:
+                self._tear(key, torn, i)
         return ok
 
     def evict_random(self, rng: np.random.Generator, now_s: float = 0.0) -> int | None:
@@ -334,6 +405,7 @@ class StoragePool:
         index = int(u * len(objects))
         key = next(itertools.islice(objects, index, None))
         del objects[key]
+        self._torn.discard(key)
         self.evictions += 1
         if self.exists_ttl_s > 0:
             self._remember_removed(key, now_s)
@@ -377,6 +449,7 @@ class StoragePool:
         displaced = self.displaced_by
         for _ in range(min(count, len(lru))):
             old, _ = lru.popitem(last=False)
+            self._torn.discard(old)
             self.evictions += 1
             if displaced is not None:
                 displaced[old] = client

@@ -72,6 +72,7 @@ EXTRA_KEYS = (
     "heal_dropped_beliefs",
     "hit_query_dropped_beliefs",
     "prefetch_shrunk",
+    "storage_io_halts",
     "device_backoff_tokens",
     "device_change_tokens",
     "read_transfer_bytes",
