@@ -15,8 +15,8 @@ SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))
 
 def without_faults(path: Path) -> Scenario:
     """The scenario with SGLang's hit query, wait_complete prefetches, and no storage fault: no
-    failed put or get, no torn object, no outage, no backend eviction (random or by capacity), no stale exists.
-    Long runs are cut to 300 s (the trace to its first 1,500 requests)."""
+    failed put or get, no torn object, no outage, no backend eviction (random or by capacity),
+    no stale exists. Long runs are cut to 300 s (the trace to its first 1,500 requests)."""
     scenario = load_scenario(path)
     overrides = [
         "storage.hit_query=min_of_pools",
