@@ -248,12 +248,6 @@ _MIN_FOLD = (
     "per pool the largest endpoint at or below the KV hit whose tail is stored, then the "
     "minimum (`batch_exists_v2`)"
 )
-_FILE_WRITES_VIA_TEMPORARY = Setting(
-    "storage.failed_put_torn",
-    False,
-    "`set` writes a temporary file and renames it over the key (`os.replace`), removing it "
-    "when the write fails",
-)
 STORAGE_BACKENDS.register(
     "file",
     StorageBackend(
@@ -285,7 +279,12 @@ STORAGE_BACKENDS.register(
                 "out of `batch_get` and ends the prefetch IO worker (PR #39269, open, would "
                 "make it a miss)",
             ),
-            _FILE_WRITES_VIA_TEMPORARY,
+            Setting(
+                "storage.failed_put_torn",
+                False,
+                "`set` writes a temporary file and renames it over the key (`os.replace`), "
+                "removing it when the write fails (described by PR #28654, June 2026)",
+            ),
         ),
     ),
 )
