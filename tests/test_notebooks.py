@@ -59,6 +59,7 @@ def test_notebooks_exist() -> None:
         "cluster_sharing",
         "trace_replay",
         "deployments",
+        "failure_kinds",
     } <= names
 
 
