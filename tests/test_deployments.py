@@ -85,6 +85,7 @@ BACKEND_VALUES: dict[str, dict[str, Any]] = {
         "storage.hit_query": "min_of_pools",
         "storage.write_dedup": True,
         "storage.eviction": "lru",
+        "storage.failed_read": "keep",
     },
     "nixl": {
         "storage.hit_query": "min_of_pools",

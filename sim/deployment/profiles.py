@@ -305,6 +305,12 @@ STORAGE_BACKENDS.register(
                 "lru",
                 "a full file reuses the page of its least recently used key",
             ),
+            Setting(
+                "storage.failed_read",
+                "keep",
+                "a read shorter than the page is logged and fails (`_batch_get`, "
+                "`_pool_batch_get`); nothing is removed",
+            ),
         ),
     ),
 )
