@@ -113,9 +113,11 @@ def shipped(name: str, **overrides: Any) -> dict[str, Any]:
     return run(load_scenario(FAILURES / f"{name}.yaml", changes)).summary
 
 
-def test_a_torn_file_ends_the_servers_storage_reads() -> None:
-    """The file backend's short read raises: after it, no prefetch delivers anything."""
-    summary = shipped("torn_file")
+@pytest.mark.parametrize("name", ["torn_file", "torn_file_in_place"])
+def test_a_torn_file_ends_the_servers_storage_reads(name: str) -> None:
+    """The file backend's short read raises: after it, no prefetch delivers anything, whether
+    the file tore on its own or a failed write left it at the key's path."""
+    summary = shipped(name)
     assert summary["storage_io_halts"] == 1
     assert summary["storage_swa_torn_reads"] == 1
     assert summary["l3_loaded_tokens"] == 0
@@ -147,6 +149,13 @@ def test_deleting_on_a_failed_read_closes_the_loop_without_a_heal_rule() -> None
     summary = shipped("delete_on_failed_read", heal="none")
     assert summary["prefetch_discarded"] > 0
     assert summary["heal_rate"] == 1.0 and summary["loop_length_max"] == 1
+
+
+def test_without_a_halt_the_same_torn_files_are_read_as_misses() -> None:
+    summary = shipped("torn_file", **{"storage.failed_read": "keep"})
+    assert summary["storage_io_halts"] == 0
+    assert summary["storage_swa_torn_reads"] > 1
+    assert summary["l3_loaded_tokens"] > 0
 
 
 @pytest.mark.parametrize("name", ["write_failure", "partial_object", "lease_expiry"])

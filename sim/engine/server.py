@@ -243,14 +243,13 @@ class Server:
         kv_bytes = self.storage.kv.page_bytes
         for batch in prefetcher.kv_batches(op):
             if self.io_halted_s is not None:
-                return
+                break
             yield from self._read(op, len(batch) * kv_bytes)
-            if self.io_halted_s is not None:
-                return
-            if op.terminated or not prefetcher.read_kv(op, batch, env.now):
-                if prefetcher.read_raised(KV):
-                    self.io_halted_s = env.now
-                    return
+            if op.terminated or self.io_halted_s is not None:
+                break
+            complete = prefetcher.read_kv(op, batch, env.now)
+            self._halt_if_raised(KV)
+            if not complete:
                 break
         for transfer in prefetcher.aux_reads(op):
             if op.terminated or self.io_halted_s is not None:
@@ -260,13 +259,17 @@ class Server:
             if op.terminated or self.io_halted_s is not None:
                 break
             prefetcher.read_aux(op, transfer, env.now)
-            if prefetcher.read_raised(transfer.pool):
-                self.io_halted_s = env.now
-                return
+            self._halt_if_raised(transfer.pool)
         if self.io_halted_s is not None:
             return
         op.done = True
         self.poke()
+
+    def _halt_if_raised(self, pool: str) -> None:
+        """A read that raised out of the backend ends this server's storage reads: the op
+        reading never completes, nor does any after it."""
+        if self.io_halted_s is None and self.prefetcher.read_raised(pool):
+            self.io_halted_s = self.env.now
 
     def _commit_anchor(self, job: Job, op: PrefetchOp) -> Outcome | None:
         """buffer_only: as a staged op commits its reads, check the device prefix it splices
