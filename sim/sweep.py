@@ -168,7 +168,7 @@ def _dispatch_dask(
     from distributed import as_completed as dask_completed
 
     if scheduler:
-        client = Client(scheduler)
+        client = connect_scheduler(scheduler)
         cluster = None
     else:
         cluster = LocalCluster(
@@ -184,6 +184,72 @@ def _dispatch_dask(
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+SCHEDULER_TIMEOUT_S = 10.0
+"""How long joining a Dask scheduler may take, handshake included, before it is bad input."""
+
+
+def check_scheduler_address(address: str) -> None:
+    """Refuse (exit 2) an address Dask cannot join: a scheme it does not speak, no port."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme not in DASK_SCHEMES:
+        raise ScenarioError(
+            "--scheduler",
+            None,
+            f"{address!r}: unknown scheme {scheme!r}; a Dask scheduler address is "
+            f"{' or '.join(s + '://' for s in DASK_SCHEMES)}HOST:PORT, e.g. tcp://10.0.0.5:8786",
+        )
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ScenarioError(
+            "--scheduler",
+            None,
+            f"{address!r} is not HOST:PORT with a port in 1-65535 (e.g. tcp://10.0.0.5:8786)",
+        )
+
+
+def connect_scheduler(address: str, timeout_s: float | None = None) -> Any:
+    """A Dask client joined to the scheduler at `address`, or a ScenarioError naming it.
+
+    Dask's own timeout covers the connect but not the handshake, so a port that speaks another
+    protocol (an HTTP server waits for a request forever) would hang the sweep: the client is
+    made in a daemon thread that is abandoned after `timeout_s`. A peer that answers junk makes
+    Dask raise whatever its decoder hits (a ValueError, a MemoryError for a frame of exabytes)."""
+    import threading
+
+    from distributed import Client
+
+    check_scheduler_address(address)
+    timeout_s = SCHEDULER_TIMEOUT_S if timeout_s is None else timeout_s
+    box: dict[str, Any] = {}
+
+    def join() -> None:
+        try:
+            box["client"] = Client(address, timeout=timeout_s)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=join, name="dask-connect", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 1)
+    if "client" in box:
+        return box["client"]
+    error = box.get("error")
+    why = (
+        f"no answer within {timeout_s:g} s"
+        if error is None
+        else f"{type(error).__name__}: {str(error)[:200]}"
+    )
+    raise ScenarioError(
+        "--scheduler",
+        None,
+        f"cannot join a Dask scheduler at {address} ({why}); is `dask scheduler` running there, "
+        "and is it a Dask port?",
+    )
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

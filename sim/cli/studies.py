@@ -56,8 +56,21 @@ def sweep_cmd(
     from sim.outputs.plot import plot_sweep
     from sim.outputs.results import meta
     from sim.results.directories import default_out
-    from sim.sweep import finished_runs, plan, run_sweep, staging_dir
+    from sim.sweep import (
+        check_scheduler_address,
+        connect_scheduler,
+        finished_runs,
+        plan,
+        run_sweep,
+        staging_dir,
+    )
 
+    if scheduler is not None and executor != "dask":
+        raise ScenarioError(
+            "--scheduler", None, f"applies only to --executor dask (the executor is {executor})"
+        )
+    if scheduler is not None:
+        check_scheduler_address(scheduler)
     sc = load(scenario, overrides, scan_trace=False)
     tasks = plan(sc, scenario, seeds)
     target = out or default_out(RESULTS_ROOT, sc.name, "sweep")
@@ -69,6 +82,8 @@ def sweep_cmd(
         **meta(0.0, sc.seed),
     }
     check_sweep_out(target, sc.name)
+    if scheduler is not None:
+        connect_scheduler(scheduler).close()
     click.echo(f"{len(tasks)} runs into {target}", err=True)
     try:
         with only_writer(target):
