@@ -420,7 +420,9 @@ def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> Tr
     if ids and (max(ids) + 1) * block_tokens >= MAX_TRACE_TOKEN_KEY:
         limit = MAX_TRACE_TOKEN_KEY // block_tokens - 1
         raise ScenarioError(
-            source, f"{where}: hash_ids", f"ids must be below {limit} (2**62 / block_tokens)"
+            source,
+            f"{where}: hash_ids",
+            f"ids must be below {limit} (2**62 / block_tokens - 1)",
         )
     expected = -(-inp // block_tokens)
     if len(ids) != expected:

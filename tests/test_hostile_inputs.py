@@ -240,3 +240,131 @@ def test_scheduler_without_the_dask_executor_is_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "--executor dask" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_labels_with_mathtext_are_drawn_as_plain_text(tmp_path: Path) -> None:
+    scenario = _scenario(tmp_path, **{"workload.requests": 20, "duration_s": 20})
+    out = tmp_path / "cmp"
+    result = invoke(
+        "compare",
+        str(scenario),
+        "--variant",
+        "$\\badcmd{$:heal=none",
+        "--variant",
+        "b:heal=keep_pages",
+        "--out",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    assert (out / "comparison.png").is_file()
+
+
+def test_a_plot_that_fails_never_loses_the_finished_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sim.outputs.plot
+
+    def broken(*args: object, **kwargs: object) -> list[Path]:
+        raise RuntimeError("no figure")
+
+    monkeypatch.setattr(sim.outputs.plot, "plot_comparison", broken)
+    monkeypatch.setattr(sim.outputs.plot, "plot_sweep", broken)
+    scenario = _scenario(tmp_path, **{"workload.requests": 20, "duration_s": 20})
+    out = tmp_path / "cmp"
+    result = invoke("compare", str(scenario), "--heal", "none,keep_pages", "--out", str(out))
+    assert result.exit_code == 0 and "no figure" in result.output
+    assert (out / "comparison.csv").is_file()
+    doc = yaml.safe_load(scenario.read_text())
+    doc["sweep"] = {"seeds": 1, "grid": {"heal": ["none"]}}
+    scenario.write_text(yaml.safe_dump(doc))
+    result = invoke("sweep", str(scenario), "--executor", "serial", "--out", str(tmp_path / "sw"))
+    assert result.exit_code == 0 and "no figure" in result.output
+    assert (tmp_path / "sw" / "runs.parquet").is_file()
+
+
+def test_a_size_in_bits_is_refused_not_read_as_bytes(tmp_path: Path) -> None:
+    path = _scenario(tmp_path, **{"storage.pools.kv.capacity_gb": "12Gb"})
+    result = invoke("validate", str(path))
+    assert result.exit_code == 2 and "storage.pools.kv.capacity_gb" in result.output
+    assert "bit" in result.output
+    ok = _scenario(tmp_path, **{"storage.pools.kv.capacity_gb": "12GB"})
+    assert invoke("validate", str(ok)).exit_code == 0
+
+
+def test_debug_zero_means_off_and_run_takes_debug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sim.cli.runs
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sim.cli.runs, "run", broken)
+    path = _scenario(tmp_path)
+    monkeypatch.setenv("HICACHE_DEBUG", "0")
+    off = invoke("run", str(path), "--out", str(tmp_path / "a"))
+    assert off.exit_code == 1 and "Traceback" not in off.output
+    on = invoke("run", str(path), "--debug", "--out", str(tmp_path / "b"))
+    assert on.exit_code == 1 and "Traceback" in on.output
+
+
+def test_an_infinite_tolerance_is_called_infinite(tmp_path: Path) -> None:
+    path = _scenario(tmp_path)
+    result = invoke(
+        "capacity",
+        str(path),
+        "--param",
+        "device.swa_pages",
+        "--target",
+        "requests>=1",
+        "--range",
+        "100",
+        "400",
+        "--tolerance",
+        "inf",
+        "--out",
+        str(tmp_path / "c"),
+    )
+    assert result.exit_code == 2 and "not a finite number" in result.output
+
+
+def test_validate_plans_the_sweep(tmp_path: Path) -> None:
+    doc = make_doc(**TINY_SWEEP)
+    doc["sweep"] = {"seeds": 3, "grid": {"heal": ["none", "keep_pages"]}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = invoke("validate", str(path))
+    assert result.exit_code == 0 and "sweep of 6 runs" in result.output
+    doc["sweep"]["grid"] = {"device.kv_pages": [400, -1]}
+    path.write_text(yaml.safe_dump(doc))
+    bad = invoke("validate", str(path))
+    assert bad.exit_code == 2 and "sweep.grid.device.kv_pages" in bad.output
+
+
+def test_the_hash_id_bound_is_the_one_the_message_states(tmp_path: Path) -> None:
+    import json
+
+    from sim.scenario import ScenarioError, build_scenario
+
+    limit = 2**62 // 512 - 1
+
+    def scan(hash_id: int) -> None:
+        trace = tmp_path / "t.jsonl"
+        trace.write_text(
+            json.dumps(
+                {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [hash_id]}
+            )
+            + "\n"
+        )
+        doc = make_doc(workload={"kind": "mooncake", "path": str(trace), "block_tokens": 512})
+        doc["model"].pop("swa")
+        doc["device"].pop("swa_pages")
+        doc["storage"]["pools"].pop("swa")
+        build_scenario(doc, "<t>").workload.scan()
+
+    scan(limit - 1)
+    with pytest.raises(ScenarioError) as err:
+        scan(limit)
+    assert f"below {limit} " in str(err.value)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "scenarios.md").read_text()
+    assert "below 2⁶² / `block_tokens` − 1" in docs

@@ -13,6 +13,7 @@ from sim.cli.app import (
     RESULTS_ROOT,
     bad_input,
     cli,
+    debug_option,
     force_option,
     load,
     out_option,
@@ -49,6 +50,7 @@ from sim.variants import Variant, VariantSet
     is_flag=True,
     help="Also record every storage access (storage_trace.parquet, for export-trace).",
 )
+@debug_option
 @bad_input
 def run_cmd(
     scenario: str,
@@ -171,6 +173,10 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     path = sc.trace_path()
     requests = trace_requests(sc)
     extra = f", trace {path} ({requests} requests)" if path is not None else ""
+    if sc.sweep is not None:
+        from sim.sweep import plan
+
+        extra += f", sweep of {len(plan(sc, scenario)):,} runs"
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
     _print_sources(sc)
     raw = read_document(Path(scenario))

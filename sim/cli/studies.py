@@ -12,11 +12,12 @@ from sim.cli.app import (
     RESULTS_ROOT,
     bad_input,
     cli,
+    drawn,
     load,
     out_option,
     set_option,
 )
-from sim.results.directories import check_sweep_out, only_writer
+from sim.results.directories import check_capacity_out, check_sweep_out, only_writer
 from sim.results.layout import TASKS
 from sim.scenario import (
     ScenarioError,
@@ -81,7 +82,7 @@ def sweep_cmd(
         "target": sc.sweep.target if sc.sweep else None,
         **meta(0.0, sc.seed),
     }
-    check_sweep_out(target, sc.name)
+    check_sweep_out(target, sc.name, {task.key for task in tasks})
     if scheduler is not None:
         connect_scheduler(scheduler).close()
     click.echo(f"{len(tasks)} runs into {target}", err=True)
@@ -104,7 +105,7 @@ def sweep_cmd(
             err=True,
         )
         sys.exit(130)
-    for path in plot_sweep(target):
+    for path in drawn(plot_sweep, target):
         click.echo(f"wrote {path}")
     click.echo(
         f"{len(tasks)} runs ({outcome.computed} computed, {outcome.reused} reused) -> {target}"
@@ -157,6 +158,11 @@ def _resume_command(
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @out_option
 @set_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing --out that is not a capacity search of this scenario.",
+)
 @bad_input
 def capacity_cmd(
     scenario: str,
@@ -170,6 +176,7 @@ def capacity_cmd(
     workers: int | None,
     out: Path | None,
     overrides: tuple[str, ...],
+    force: bool,
 ) -> None:
     """Smallest value of --param that meets --target with 95 % confidence across seeds.
 
@@ -194,22 +201,24 @@ def capacity_cmd(
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
-    try:
-        if values is not None:
-            answer = search.scan(_quantities("--values", values.split(","), param))
-        else:
-            assert bounds is not None
-            low, high = _quantities("--range", list(bounds), param)
-            answer = search.bisect(low, high, tolerance)
-    except KeyboardInterrupt:
-        finished = finished_runs(target_dir / TASKS)
-        click.echo(
-            f"interrupted after {finished} finished runs; they are kept in "
-            f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
-            err=True,
-        )
-        sys.exit(130)
-    search.save(answer)
+    check_capacity_out(target_dir, sc.name, force)
+    with only_writer(target_dir):
+        try:
+            if values is not None:
+                answer = search.scan(_quantities("--values", values.split(","), param))
+            else:
+                assert bounds is not None
+                low, high = _quantities("--range", list(bounds), param)
+                answer = search.bisect(low, high, tolerance)
+        except KeyboardInterrupt:
+            finished = finished_runs(target_dir / TASKS)
+            click.echo(
+                f"interrupted after {finished} finished runs; they are kept in "
+                f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
+                err=True,
+            )
+            sys.exit(130)
+        search.save(answer)
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
         click.echo(
@@ -217,7 +226,7 @@ def capacity_cmd(
             f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
     click.echo(answer.describe())
-    for path in plot_capacity(target_dir):
+    for path in drawn(plot_capacity, target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
 
