@@ -368,3 +368,20 @@ def test_the_hash_id_bound_is_the_one_the_message_states(tmp_path: Path) -> None
     assert f"below {limit} " in str(err.value)
     docs = (Path(__file__).resolve().parents[1] / "docs" / "scenarios.md").read_text()
     assert "below 2⁶² / `block_tokens` − 1" in docs
+
+
+def test_compare_warns_when_every_variant_gives_the_same_results(tmp_path: Path) -> None:
+    scenario = _scenario(tmp_path, **{"workload.requests": 20, "duration_s": 20})
+    same = invoke(
+        "compare",
+        str(scenario),
+        "--vary",
+        "prefetch.retry.idle_pass_ms=0.1,0.2",
+        "--out",
+        str(tmp_path / "a"),
+    )
+    assert same.exit_code == 0 and "identical results" in same.output
+    differ = invoke(
+        "compare", str(scenario), "--vary", "device.kv_pages=300,2000", "--out", str(tmp_path / "b")
+    )
+    assert differ.exit_code == 0 and "identical results" not in differ.output

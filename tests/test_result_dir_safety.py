@@ -253,3 +253,25 @@ def test_tokens_convert_to_gb_exactly(bytes_per_token: int, given: str, gb: floa
     doc["storage"]["pools"]["kv"] = {"capacity_gb": given}
     scenario = build_scenario(doc, "<t>")
     assert scenario.storage.pools["kv"].capacity_gb == pytest.approx(gb, rel=1e-12)
+
+
+def test_capacity_force_replaces_nothing_when_a_value_is_refused(tmp_path: Path) -> None:
+    path = _sweep_file(tmp_path)
+    run_dir = tmp_path / "run"
+    assert invoke("run", str(path), "--out", str(run_dir)).exit_code == 0
+    before = sorted(p.name for p in run_dir.iterdir())
+    result = invoke(
+        "capacity",
+        str(path),
+        "--param",
+        "device.swa_pages",
+        "--target",
+        "requests>=1",
+        "--values",
+        "400,-5",
+        "--out",
+        str(run_dir),
+        "--force",
+    )
+    assert result.exit_code == 2, result.output
+    assert sorted(p.name for p in run_dir.iterdir()) == before

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from sim.cli.app import (
     RESULTS_ROOT,
@@ -141,6 +142,19 @@ def compare_cmd(
     )
     click.echo(format_table(comparison.table, found.column))
     click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
+    _warn_if_identical(comparison.table, found.column)
+
+
+def _warn_if_identical(table: pd.DataFrame, column: str) -> None:
+    """Variants whose runs are identical (wall clock aside) usually set a key this scenario
+    never exercises (a retry interval with retries off, a pool's faults with no traffic)."""
+    results = table.drop(columns=[column, "wall_s"], errors="ignore")
+    if len(results) > 1 and results.astype(str).nunique().le(1).all():
+        click.echo(
+            f"warning: every variant gave identical results: {column} changes nothing this "
+            "scenario exercises (check the key, and that the scenario reaches it)",
+            err=True,
+        )
 
 
 def _load_variant(

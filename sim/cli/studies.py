@@ -182,7 +182,7 @@ def capacity_cmd(
 
     Every argument is checked before the first run; a refused one exits 2 and writes nothing.
     """
-    from sim.capacity import CapacitySearch
+    from sim.capacity import CapacitySearch, check_range
     from sim.outputs.plot import plot_capacity
     from sim.results.directories import default_out
     from sim.sweep import finished_runs
@@ -201,14 +201,20 @@ def capacity_cmd(
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
-    check_capacity_out(target_dir, sc.name, force)
+    option = "--values" if values is not None else "--range"
+    texts = values.split(",") if values is not None else list(bounds or ())
+    numbers = _quantities(option, texts, param)
+    if values is None:
+        check_range(numbers[0], numbers[1], tolerance)
+    for value in numbers:
+        search.check_value(value, option)
+    check_capacity_out(target_dir, sc.name, force)  # after every check: --force may replace it
     with only_writer(target_dir):
         try:
             if values is not None:
-                answer = search.scan(_quantities("--values", values.split(","), param))
+                answer = search.scan(numbers)
             else:
-                assert bounds is not None
-                low, high = _quantities("--range", list(bounds), param)
+                low, high = numbers
                 answer = search.bisect(low, high, tolerance)
         except KeyboardInterrupt:
             finished = finished_runs(target_dir / TASKS)
