@@ -306,7 +306,12 @@ def compute(
     and how many were computed now."""
     workers = workers or os.cpu_count() or 1
     check_task_dir(task_dir, tasks)
-    task_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        task_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(
+            "--out", None, f"cannot make {task_dir}: {exc.strerror or exc}"
+        ) from None
     kept = {t.key: _reusable(task_dir / f"{t.key}.json", t) for t in tasks}
     todo = [t for t in tasks if kept[t.key] is None]
     bar = tqdm(

@@ -4,6 +4,7 @@ what their names say, and sizes converted exactly (docs/reliability.md)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,25 @@ def test_capacity_force_replaces_nothing_when_a_value_is_refused(tmp_path: Path)
     )
     assert result.exit_code == 2, result.output
     assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_a_sweep_out_name_too_long_for_its_staging_folder_exits_2(tmp_path: Path) -> None:
+    path = _sweep_file(tmp_path)
+    result = _sweep(path, tmp_path / ("a" * 250))
+    assert result.exit_code == 2 and "246 bytes" in result.output  # type: ignore[attr-defined]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_a_sweep_into_a_folder_it_cannot_write_exits_2(tmp_path: Path) -> None:
+    path = _sweep_file(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        result = _sweep(path, locked / "out")
+        assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
+        assert "--out" in result.output  # type: ignore[attr-defined]
+    finally:
+        locked.chmod(0o700)

@@ -171,6 +171,13 @@ def check_sweep_out(target: Path, name: str, planned: set[str] | None = None) ->
     if target.is_symlink():
         raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
     staging = target.with_name(f".{target.name}.partial")
+    if len(staging.name.encode("utf-8", "surrogateescape")) > 255:
+        raise ScenarioError(
+            "--out",
+            None,
+            "a sweep's folder name is at most 246 bytes (it is built in a hidden "
+            f"'.NAME.partial' beside it, and a name is at most 255 bytes): {target.name[:40]}...",
+        )
     for directory in (staging, target):
         for path in (directory, directory / TASKS):
             if path.is_symlink() or (path.exists() and not path.is_dir()):
