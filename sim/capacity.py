@@ -30,7 +30,9 @@ from tqdm import tqdm
 
 from sim.deployment.resolve import get
 from sim.model.pools import POOL_KINDS
+from sim.outputs.files import replace_file
 from sim.outputs.metrics import is_summary_key, summary_keys
+from sim.results.directories import MARKER, MARKER_TEXT
 from sim.results.layout import CAPACITY, EVALUATIONS, TASKS
 from sim.scenario import (
     Scenario,
@@ -208,11 +210,19 @@ class CapacitySearch:
         )
 
     def save(self, answer: CapacityAnswer) -> None:
+        """Each file replaced through a temporary one (never written through a link planted at
+        its path), and the directory marked as this tool's."""
         self.out.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([asdict(e) for e in answer.evaluations]).to_csv(
-            self.out / EVALUATIONS, index=False
+        frame = pd.DataFrame([asdict(e) for e in answer.evaluations])
+        replace_file(self.out / EVALUATIONS, lambda tmp: frame.to_csv(tmp, index=False))
+        replace_file(self.out / MARKER, lambda tmp: tmp.write_text(MARKER_TEXT))
+        replace_file(
+            self.out / CAPACITY,
+            lambda tmp: tmp.write_text(self._answer_json(answer)),
         )
-        (self.out / CAPACITY).write_text(
+
+    def _answer_json(self, answer: CapacityAnswer) -> str:
+        return (
             json.dumps(
                 {
                     "scenario": self.scenario.name,
@@ -312,6 +322,14 @@ def check_range(low: float, high: float, tolerance: float | None) -> None:
     if low > high:
         raise ScenarioError(
             "--range", None, f"LOW {low} is above HIGH {high} (give --range {high} {low})"
+        )
+    if tolerance is not None and math.isinf(tolerance) and tolerance > 0:
+        raise ScenarioError(
+            "--tolerance",
+            None,
+            f"{tolerance:g} is not a finite number: a bisection to it would stop before its "
+            f"first step (give a resolution such as --tolerance {_example_step(low, high)}, or "
+            "leave it out: 1 for integer ends, 1/64 of the range otherwise)",
         )
     if tolerance is not None and not (math.isfinite(tolerance) and tolerance > 0):
         raise ScenarioError(

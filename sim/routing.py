@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from sim.registry import Registry
-from sim.spec import NonNegInt, PositiveFloat, PositiveInt, Probability, Strict
+from sim.spec import IntervalS, NonNegInt, PositiveInt, Probability, Strict
 from sim.workload import Request
 
 
@@ -259,7 +259,7 @@ class CacheAwareSpec(RouterSpec):
     cache_aware_miss: Literal["min_load", "smallest_tree"] = "min_load"
     """Below the threshold: the least loaded server (SGLang since PR #14650) or the server with
     the smallest tree (before)."""
-    eviction_interval_s: PositiveFloat = 60.0
+    eviction_interval_s: IntervalS = 60.0
     """How often the router trims its per-server prefix trees."""
     max_tree_tokens: PositiveInt = 2**24
     """What each server's tree is trimmed to, least recently routed first (the gateway's
@@ -285,7 +285,7 @@ class RandomSpec(RouterSpec):
 
 class PowerOfTwoSpec(RouterSpec):
     policy: Literal["power_of_two"] = "power_of_two"
-    load_poll_interval_s: PositiveFloat = 10.0
+    load_poll_interval_s: IntervalS = 10.0
     """How often the gateway polls each server's load (tokens in flight): the Python
     launcher's `--worker-load-check-interval` (`RouterArgs.worker_load_check_interval` 10, as
     `RouterConfig::default()`; the Rust binary's own flag defaults to 1)."""

@@ -12,11 +12,12 @@ from sim.cli.app import (
     RESULTS_ROOT,
     bad_input,
     cli,
+    drawn,
     load,
     out_option,
     set_option,
 )
-from sim.results.directories import check_sweep_out, only_writer
+from sim.results.directories import check_capacity_out, check_sweep_out, only_writer
 from sim.results.layout import TASKS
 from sim.scenario import (
     ScenarioError,
@@ -56,8 +57,21 @@ def sweep_cmd(
     from sim.outputs.plot import plot_sweep
     from sim.outputs.results import meta
     from sim.results.directories import default_out
-    from sim.sweep import finished_runs, plan, run_sweep, staging_dir
+    from sim.sweep import (
+        check_scheduler_address,
+        connect_scheduler,
+        finished_runs,
+        plan,
+        run_sweep,
+        staging_dir,
+    )
 
+    if scheduler is not None and executor != "dask":
+        raise ScenarioError(
+            "--scheduler", None, f"applies only to --executor dask (the executor is {executor})"
+        )
+    if scheduler is not None:
+        check_scheduler_address(scheduler)
     sc = load(scenario, overrides, scan_trace=False)
     tasks = plan(sc, scenario, seeds)
     target = out or default_out(RESULTS_ROOT, sc.name, "sweep")
@@ -68,7 +82,9 @@ def sweep_cmd(
         "target": sc.sweep.target if sc.sweep else None,
         **meta(0.0, sc.seed),
     }
-    check_sweep_out(target, sc.name)
+    check_sweep_out(target, sc.name, {task.key for task in tasks})
+    if scheduler is not None:
+        connect_scheduler(scheduler).close()
     click.echo(f"{len(tasks)} runs into {target}", err=True)
     try:
         with only_writer(target):
@@ -89,7 +105,7 @@ def sweep_cmd(
             err=True,
         )
         sys.exit(130)
-    for path in plot_sweep(target):
+    for path in drawn(plot_sweep, target):
         click.echo(f"wrote {path}")
     click.echo(
         f"{len(tasks)} runs ({outcome.computed} computed, {outcome.reused} reused) -> {target}"
@@ -142,6 +158,11 @@ def _resume_command(
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @out_option
 @set_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing --out that is not a capacity search of this scenario.",
+)
 @bad_input
 def capacity_cmd(
     scenario: str,
@@ -155,12 +176,13 @@ def capacity_cmd(
     workers: int | None,
     out: Path | None,
     overrides: tuple[str, ...],
+    force: bool,
 ) -> None:
     """Smallest value of --param that meets --target with 95 % confidence across seeds.
 
     Every argument is checked before the first run; a refused one exits 2 and writes nothing.
     """
-    from sim.capacity import CapacitySearch
+    from sim.capacity import CapacitySearch, check_range
     from sim.outputs.plot import plot_capacity
     from sim.results.directories import default_out
     from sim.sweep import finished_runs
@@ -179,22 +201,30 @@ def capacity_cmd(
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
-    try:
-        if values is not None:
-            answer = search.scan(_quantities("--values", values.split(","), param))
-        else:
-            assert bounds is not None
-            low, high = _quantities("--range", list(bounds), param)
-            answer = search.bisect(low, high, tolerance)
-    except KeyboardInterrupt:
-        finished = finished_runs(target_dir / TASKS)
-        click.echo(
-            f"interrupted after {finished} finished runs; they are kept in "
-            f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
-            err=True,
-        )
-        sys.exit(130)
-    search.save(answer)
+    option = "--values" if values is not None else "--range"
+    texts = values.split(",") if values is not None else list(bounds or ())
+    numbers = _quantities(option, texts, param)
+    if values is None:
+        check_range(numbers[0], numbers[1], tolerance)
+    for value in numbers:
+        search.check_value(value, option)
+    check_capacity_out(target_dir, sc.name, force)  # after every check: --force may replace it
+    with only_writer(target_dir):
+        try:
+            if values is not None:
+                answer = search.scan(numbers)
+            else:
+                low, high = numbers
+                answer = search.bisect(low, high, tolerance)
+        except KeyboardInterrupt:
+            finished = finished_runs(target_dir / TASKS)
+            click.echo(
+                f"interrupted after {finished} finished runs; they are kept in "
+                f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
+                err=True,
+            )
+            sys.exit(130)
+        search.save(answer)
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
         click.echo(
@@ -202,7 +232,7 @@ def capacity_cmd(
             f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
     click.echo(answer.describe())
-    for path in plot_capacity(target_dir):
+    for path in drawn(plot_capacity, target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
 
