@@ -361,9 +361,10 @@ class StaleLoads:
 
 class KvEvents:
     """A router's picture of the servers' caches from their KV events: a page is known on a
-    server once the first request carrying it was routed there `lag_s` ago (its store event
-    has come); the pages a server holds beyond what is known are not seen. Removals are seen
-    at once (the picture is the live cache, cut at the known pages)."""
+    server once the first request carrying it, in its prompt or its output (both are stored
+    in the server's tree), was routed there `lag_s` ago (its store event has come); the pages
+    a server holds beyond what is known are not seen. Removals are seen at once (the picture
+    is the live cache, cut at the known pages)."""
 
     def __init__(self, servers: int, lag_s: float) -> None:
         self.lag_s = lag_s
@@ -381,10 +382,10 @@ class KvEvents:
                 return i
         return len(prompt)
 
-    def routed(self, server: int, prompt: Sequence[int], now_s: float) -> None:
+    def routed(self, server: int, pages: Sequence[int], now_s: float) -> None:
         if self.known is not None:
             known = self.known[server]
-            for key in prompt:
+            for key in pages:
                 known.setdefault(key, now_s)
 
 
@@ -486,7 +487,7 @@ class DynamoKv:
             for view, s in zip(views, servers, strict=True)
         ]
         chosen = softmax_pick(costs, self.spec.router_temperature, self.rng)
-        self.events.routed(chosen, prompt, now_s)
+        self.events.routed(chosen, req.pages, now_s)
         return chosen
 
 
@@ -550,7 +551,7 @@ class LlmD:
         best = max(scores)
         ties = [i for i, score in enumerate(scores) if score == best]
         chosen = ties[int(self.rng.integers(len(ties)))] if len(ties) > 1 else ties[0]
-        self.events.routed(chosen, prompt, now_s)
+        self.events.routed(chosen, req.pages, now_s)
         return chosen
 
 

@@ -339,3 +339,16 @@ def test_kv_event_routers_see_a_routed_prefix_only_after_the_event_lag(policy: s
     picks = {r.route(request(prompt), servers, 0.5 + i / 100) for i in range(20)}
     assert picks == {0, 1}, "within the lag the routed prefix is not seen"
     assert r.route(request(prompt), servers, 1.0) == first
+
+
+@pytest.mark.parametrize("policy", ["dynamo_kv", "llm_d"])
+def test_kv_events_report_a_routed_request_s_output_pages_too(policy: str) -> None:
+    """The server stores a request's output in its tree as well, so a follow-up turn, whose
+    prompt holds the earlier output, is seen whole once the lag has passed."""
+    r = router(policy, 2, signal_delay_s=1.0)
+    turn = Request(0, 0.0, 4 * PAGE, 2 * PAGE, chain(1, 6), 4)
+    chosen = r.route(turn, [Cached(), Cached()], 0.0)
+    events = r.router.events  # type: ignore[attr-defined]
+    assert events.visible(chosen, [*chain(1, 6), 7], 0.5) == 0
+    assert events.visible(chosen, [*chain(1, 6), 7], 1.0) == 6
+    assert events.visible(1 - chosen, chain(1, 6), 9.0) == 0
