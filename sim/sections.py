@@ -241,7 +241,9 @@ class PrefetchSpec(Strict):
 
 
 class ComputeSpec(Strict):
-    prefill_tokens_per_s: Annotated[float, Field(strict=True, ge=1.0, le=1e9)] = 20000.0
+    prefill_tokens_per_s: Annotated[float, Field(strict=True, ge=1.0, le=1e15)] = 20000.0
+    """From 1 token/s (below it one request outlasts any run); the top is far above any GPU so
+    that oracle scenarios can make prefill free (1e12)."""
     decode_ms_per_token: NonNegFloat = 20.0
     chunk_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = 8192
     """Chunked prefill (SGLang's --chunked-prefill-size): every chunk end is an insert, so a
