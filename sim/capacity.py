@@ -31,7 +31,7 @@ from tqdm import tqdm
 from sim.deployment.resolve import get
 from sim.model.pools import POOL_KINDS
 from sim.outputs.metrics import is_summary_key, summary_keys
-from sim.results.layout import CAPACITY, EVALUATIONS, TASKS
+from sim.results.layout import CAPACITY, CONFIG, EVALUATIONS, TASKS
 from sim.scenario import (
     Scenario,
     ScenarioError,
@@ -67,14 +67,20 @@ class CapacityAnswer:
     def describe(self) -> str:
         if self.answer is None:
             return f"no value in range meets {self.target} with 95 % confidence"
+        from sim.outputs.answers import quantity_text
+
         best = next(e for e in self.evaluations if e.value == self.answer)
+        gap = None if self.largest_failing is None else self.answer - self.largest_failing
         line = (
-            f"{self.param} = {param_text(self.param, self.answer)}: "
+            f"{self.param} = {quantity_text(self.param, self.answer, gap)}: "
             f"{self.target.split('>')[0].split('<')[0]} mean {best.mean:.4g}, "
             f"95 % CI [{best.ci_low:.4g}, {best.ci_high:.4g}] over {best.n} seeds"
         )
         if self.largest_failing is not None:
-            line += f"; {param_text(self.param, self.largest_failing)} does not meet it"
+            line += (
+                f"; {quantity_text(self.param, self.largest_failing, gap)} does not meet it "
+                f"(resolved to within {quantity_text(self.param, gap, gap)})"
+            )
         return line
 
 
@@ -113,7 +119,7 @@ class CapacitySearch:
         records, _ = compute(tasks, self.out / TASKS, progress=False, **self.options)
         summaries = [r["summary"] for r in records if r["error"] is None]
         values = [s[self.metric] for s in summaries if s.get(self.metric) is not None]
-        stats = confidence(values)
+        stats = confidence(values, key=self.metric)
         meets = bool(values) and (
             stats["ci_low"] >= self.bound if self.op == ">=" else stats["ci_high"] <= self.bound
         )
@@ -208,7 +214,11 @@ class CapacitySearch:
         )
 
     def save(self, answer: CapacityAnswer) -> None:
+        from sim.outputs.results import resolved_yaml
+
         self.out.mkdir(parents=True, exist_ok=True)
+        # The deployment the search sized, for the report's card (the sized key as first given).
+        (self.out / CONFIG).write_text(resolved_yaml(self.scenario))
         pd.DataFrame([asdict(e) for e in answer.evaluations]).to_csv(
             self.out / EVALUATIONS, index=False
         )

@@ -1,5 +1,13 @@
 """Statistics over seeds: the t confidence interval every figure carries, and the targets
-(`METRIC>=VALUE`) that sweeps draw and capacity searches meet with it."""
+(`METRIC>=VALUE`) that sweeps draw and capacity searches meet with it.
+
+The interval is Student's t over the per-seed values, truncated to the quantity's physical range
+(`metric_range`: counts, bytes, tokens and durations are never negative, a rate lies in [0, 1]).
+A t interval is symmetric and knows nothing of bounds, so with few seeds near a bound it reaches
+past it ("-0.3 loops"); the truncated interval keeps the same coverage for every value the
+quantity can take. A Wilson interval is not used for rates: each seed's rate is one observation
+of a ratio of counts that vary together from seed to seed, not a Bernoulli trial, and pooling
+the counts over seeds would hide that variation."""
 
 from __future__ import annotations
 
@@ -9,10 +17,25 @@ from collections.abc import Iterable
 import numpy as np
 from scipy import stats
 
+SIGNED_METRICS = frozenset({"device_change_tokens"})
+"""Summary keys that may be negative (a change, not an amount)."""
 
-def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]:
-    """Mean, standard deviation, count and a two-sided t interval over seeds (NaN spread and
-    interval for fewer than two values)."""
+
+def metric_range(key: str | None) -> tuple[float, float]:
+    """The values a summary key can take: [0, 1] for a rate, [0, inf) for an amount, anything
+    for a signed key (and for no key)."""
+    if key is None or key in SIGNED_METRICS:
+        return (-math.inf, math.inf)
+    if key.endswith("_rate"):
+        return (0.0, 1.0)
+    return (0.0, math.inf)
+
+
+def confidence(
+    values: Iterable[float], level: float = 0.95, key: str | None = None
+) -> dict[str, float]:
+    """Mean, standard deviation, count and a two-sided t interval over seeds, truncated to the
+    range of summary key `key` (NaN spread and interval for fewer than two values)."""
     arr = np.asarray(list(values), dtype=float)
     n = arr.size
     mean = float(arr.mean()) if n else float("nan")
@@ -22,7 +45,9 @@ def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]
         return {"mean": mean, "std": nan, "n": n, "ci_low": nan, "ci_high": nan}
     std = float(arr.std(ddof=1))
     half = float(stats.t.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n))
-    return {"mean": mean, "std": std, "n": n, "ci_low": mean - half, "ci_high": mean + half}
+    low, high = metric_range(key)
+    ci_low, ci_high = max(mean - half, low), min(mean + half, high)
+    return {"mean": mean, "std": std, "n": n, "ci_low": ci_low, "ci_high": ci_high}
 
 
 def parse_target(text: str) -> tuple[str, str, float]:

@@ -351,7 +351,9 @@ def points_table(runs: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     for point, group in ok.groupby("point", sort=True):
         head = {"point": point, **{k: group[k].iloc[0] for k in swept}}
         for metric in metrics:
-            rows.append({**head, "metric": metric, **confidence(group[metric].dropna())})
+            rows.append(
+                {**head, "metric": metric, **confidence(group[metric].dropna(), key=metric)}
+            )
     columns = ["point", *swept, "metric", "mean", "std", "n", "ci_low", "ci_high"]
     return pd.DataFrame(rows, columns=columns)
 

@@ -186,7 +186,8 @@ def test_a_gb_key_takes_sizes_with_units_and_the_answer_says_gb(work: Path):
     assert saved["unit"] == "GB"
     assert saved["answer"] is not None
     statement = saved["statement"]
-    assert statement.startswith(f"{CAP} = {param_text(CAP, saved['answer'])}:"), statement
+    assert statement.startswith(f"{CAP} = 0.40 GB:"), "rounded to the search's resolution"
+    assert "0.10 GB does not meet it (resolved to within 0.30 GB)" in statement
     assert " GB: discard_rate mean" in statement
     assert statement in result.stdout
     assert f"{CAP}=0.02 GB:" in result.stdout, "every evaluation is printed with its unit"
@@ -319,3 +320,14 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(
     )
     search.scan([0.1])
     assert stderr.getvalue() == ""
+
+
+def test_an_answer_is_rounded_to_the_search_s_resolution():
+    from sim.outputs.answers import answer_text, quantity_text
+
+    assert quantity_text(CAP, 32.09375, 3.11) == "32.1 GB"
+    assert quantity_text(CAP, 807.8125, 12.5) == "808 GB"
+    assert quantity_text("device.swa_pages", 4096, 1) == "4,096 pages"
+    text = answer_text(CAP, 32.09375, 28.984375)
+    assert text == "32.1 GB (resolved to within 3.1 GB; 29.0 GB fails)"
+    assert answer_text(CAP, None) == "none in range"

@@ -17,7 +17,7 @@ from sim.cli.app import (
     set_option,
 )
 from sim.results.directories import check_sweep_out, only_writer
-from sim.results.layout import TASKS
+from sim.results.layout import CONFIG, TASKS
 from sim.scenario import (
     ScenarioError,
 )
@@ -54,7 +54,7 @@ def sweep_cmd(
 ) -> None:
     """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
     from sim.outputs.plot import plot_sweep
-    from sim.outputs.results import meta
+    from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
     from sim.sweep import finished_runs, plan, run_sweep, staging_dir
 
@@ -89,6 +89,7 @@ def sweep_cmd(
             err=True,
         )
         sys.exit(130)
+    (target / CONFIG).write_text(resolved_yaml(sc))
     for path in plot_sweep(target):
         click.echo(f"wrote {path}")
     click.echo(
