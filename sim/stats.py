@@ -51,13 +51,50 @@ def confidence(
 
 
 def parse_target(text: str) -> tuple[str, str, float]:
-    """'heal_rate>=0.9' -> ('heal_rate', '>=', 0.9); the bound must be a finite number (a NaN
-    bound is never met, an infinite one always or never, whatever the runs say)."""
+    """'heal_rate>=0.9' -> ('heal_rate', '>=', 0.9); a rate's bound may be a percentage
+    ('l3_loaded_rate>=23%' -> 0.23). The bound must be a finite number (a NaN bound is never
+    met, an infinite one always or never, whatever the runs say)."""
+    if "@" in text:
+        raise ValueError(
+            f"{text!r} is relative to a reference point (…@REFERENCE), which only "
+            "`hicache-sim capacity --target` runs; give an absolute bound here"
+        )
+    metric, op, bound, percent = _parse(text)
+    if percent and not metric.endswith("_rate"):
+        raise ValueError(
+            f"{text!r}: a percentage bound is for a rate (a key ending in _rate, such as "
+            f"l3_loaded_rate>=23%); {metric} is not one, so give its value in its own unit, or "
+            f"a share of a reference point with capacity's {metric}{op}95%@unbounded"
+        )
+    return metric, op, bound
+
+
+def parse_relative(text: str) -> tuple[str, str, float, str] | None:
+    """'l3_loaded_rate>=95%@unbounded' -> ('l3_loaded_rate', '>=', 0.95, 'unbounded'): the
+    metric must reach (or stay under) that share of its mean at the reference point; None for
+    an absolute target. The share is a percentage or a plain factor (0.95)."""
+    head, sep, reference = text.partition("@")
+    if not sep:
+        return None
+    if not reference.strip():
+        raise ValueError(
+            f"{text!r} names no reference point after '@' (give e.g. "
+            f"{head.strip()}@unbounded, or a value of the searched key such as @100GB)"
+        )
+    metric, op, share, _ = _parse(head)
+    if share <= 0:
+        raise ValueError(f"the share {share:g} in {text!r} must be above 0 (e.g. 95%)")
+    return metric, op, share, reference.strip()
+
+
+def _parse(text: str) -> tuple[str, str, float, bool]:
     for op in (">=", "<="):
         metric, sep, value = text.partition(op)
         if sep:
+            raw = value.strip()
+            percent = raw.endswith("%")
             try:
-                bound = float(value)
+                bound = float(raw.removesuffix("%")) / (100 if percent else 1)
             except ValueError:
                 break
             if not math.isfinite(bound):
@@ -65,5 +102,9 @@ def parse_target(text: str) -> tuple[str, str, float]:
                     f"the bound {value.strip()!r} in {text!r} is not a finite number "
                     f"(give e.g. {metric.strip() or 'heal_rate'}{op}0.9)"
                 )
-            return metric.strip(), op, bound
-    raise ValueError(f"target {text!r} must look like METRIC>=VALUE or METRIC<=VALUE")
+            return metric.strip(), op, bound, percent
+    raise ValueError(
+        f"target {text!r} must look like METRIC>=VALUE or METRIC<=VALUE (a rate also takes a "
+        "percentage, l3_loaded_rate>=23%; capacity also takes a share of a reference point, "
+        "l3_loaded_rate>=95%@unbounded)"
+    )

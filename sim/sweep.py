@@ -15,7 +15,6 @@ import itertools
 import json
 import math
 import os
-import sys
 import time
 import traceback
 from collections.abc import Generator
@@ -26,10 +25,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from sim.documents import resolve_paths
 from sim.outputs.files import replace_file
+from sim.outputs.progress import Progress
 from sim.pool import run_all
 from sim.results.layout import POINTS, RUNS, SWEEP_META, TASKS
 from sim.runner import run
@@ -213,14 +212,8 @@ def compute(
     workers = workers or os.cpu_count() or 1
     task_dir.mkdir(parents=True, exist_ok=True)
     todo = [t for t in tasks if not _finished(task_dir / f"{t.key}.json")]
-    bar = tqdm(
-        total=len(tasks),
-        initial=len(tasks) - len(todo),
-        desc="runs",
-        unit="run",
-        file=sys.stderr,
-        disable=None if progress else True,  # None: only when stderr is a terminal
-    )
+    # A bar on a terminal, a line per finished run on a file (sim.outputs.progress).
+    bar = Progress(len(tasks), "runs", "run", initial=len(tasks) - len(todo), enabled=progress)
     with bar, closing(_dispatch(todo, executor, workers, scheduler)) as results:
         for task, record in results:
             record.update(
@@ -231,7 +224,8 @@ def compute(
                 key=task.key,
             )
             _write_json(task_dir / f"{task.key}.json", record)
-            bar.update(1)
+            failed = " failed" if record.get("error") else ""
+            bar.update(f"point {task.point} seed {task.seed_index}{failed}")
     records = [json.loads((task_dir / f"{t.key}.json").read_text()) for t in tasks]
     return records, len(todo)
 

@@ -310,16 +310,20 @@ def test_one_progress_bar_covers_the_whole_search(
     assert "evaluation" in text
 
 
-def test_no_progress_bar_when_stderr_is_not_a_terminal(
+def test_a_line_per_evaluation_when_stderr_is_not_a_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    """No bar (no carriage returns) on a file: one plain line per finished evaluation."""
     stderr = io.StringIO()
     monkeypatch.setattr("sys.stderr", stderr)
     search = CapacitySearch(
         make_scenario(**TINY), "s.yaml", CAP, TARGET, 2, tmp_path, executor="serial"
     )
     search.scan([0.1])
-    assert stderr.getvalue() == ""
+    text = stderr.getvalue()
+    assert "\r" not in text
+    assert text.startswith("capacity: 1/1 evaluations, storage.pools.swa.capacity_gb=0.1 GB")
+    assert text.count("\n") == 1
 
 
 def test_an_answer_is_rounded_to_the_search_s_resolution():

@@ -118,9 +118,14 @@ def _resume_command(
 
 @cli.command("capacity")
 @click.argument("scenario", type=click.Path(dir_okay=False))
+@click.argument("more_values", nargs=-1, metavar="")
 @click.option("--param", required=True, help="Dotted scenario key to size, e.g. device.swa_pages.")
 @click.option(
-    "--target", required=True, help="METRIC>=VALUE or METRIC<=VALUE, e.g. heal_rate>=0.9."
+    "--target",
+    required=True,
+    help="METRIC>=VALUE or METRIC<=VALUE, e.g. heal_rate>=0.9 or l3_loaded_rate>=23%; or a "
+    "share of the metric at a reference value of --param, run first on the same seeds: "
+    "l3_loaded_rate>=95%@unbounded (null) or ...@100GB.",
 )
 @click.option(
     "--range",
@@ -131,7 +136,12 @@ def _resume_command(
     metavar="LOW HIGH",
     help="Bisect this range (integers give an integer search; a _gb key takes 512MB, 2GiB, ...).",
 )
-@click.option("--values", default=None, help="Comma-separated values to scan instead of bisecting.")
+@click.option(
+    "--values",
+    default=None,
+    help="Values to scan instead of bisecting, separated by commas or spaces (1,2,4 or '1 2 4' "
+    "or --values 1 2 4).",
+)
 @click.option(
     "--tolerance",
     type=float,
@@ -146,6 +156,7 @@ def _resume_command(
 @bad_input
 def capacity_cmd(
     scenario: str,
+    more_values: tuple[str, ...],
     param: str,
     target: str,
     bounds: tuple[str, str] | None,
@@ -167,6 +178,15 @@ def capacity_cmd(
     from sim.sweep import finished_runs
     from sim.units import param_text
 
+    if more_values and values is None:
+        raise ScenarioError(
+            "capacity",
+            None,
+            f"unexpected argument(s) {' '.join(more_values)!r} after the scenario (only "
+            "--values takes several: --values 1,2,4 or --values 1 2 4)",
+        )
+    if more_values:
+        values = " ".join([values or "", *more_values])
     sc = load(scenario, overrides)
     if (bounds is None) == (values is None):
         raise ScenarioError(
@@ -182,7 +202,7 @@ def capacity_cmd(
     )
     try:
         if values is not None:
-            answer = search.scan(_quantities("--values", values.split(","), param))
+            answer = search.scan(_quantities("--values", split_values(values), param))
         else:
             assert bounds is not None
             low, high = _quantities("--range", list(bounds), param)
@@ -196,6 +216,8 @@ def capacity_cmd(
         )
         sys.exit(130)
     search.save(answer)
+    if search.reference is not None:
+        click.echo(search.reference.describe(search))
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
         click.echo(
@@ -206,6 +228,25 @@ def capacity_cmd(
     for path in plot_capacity(target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
+
+
+def split_values(text: str) -> list[str]:
+    """'1,2,4', '1 2 4' or '512 MiB, 2GiB' -> ['1', '2', '4'] / ['512 MiB', '2GiB']: commas or
+    spaces separate values, and a unit written apart stays with its number. An empty item
+    between two commas is kept, for the caller to refuse."""
+    items: list[str] = []
+    for part in text.split(","):
+        words = part.split()
+        if not words:
+            items.append("")
+            continue
+        start = len(items)
+        for word in words:
+            if len(items) > start and word[:1].isalpha() and items[-1][-1:].isdigit():
+                items[-1] = f"{items[-1]} {word}"
+            else:
+                items.append(word)
+    return items
 
 
 def _quantities(option: str, texts: list[str], param: str) -> list[int | float]:
