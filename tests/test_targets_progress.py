@@ -184,3 +184,30 @@ def test_values_as_separate_arguments_are_scanned(scenario: Path, tmp_path: Path
     assert (out / "evaluations.csv").read_text().count("\n") == 3, "two values and the header"
     stray = invoke("capacity", str(scenario), "0.4", *args, "--range", "1", "2")
     assert stray.exit_code == 2 and "only --values takes several" in stray.output
+
+
+def test_validate_prints_resolved_sizes_and_warns_of_a_pool_too_small(tmp_path: Path) -> None:
+    """A preset swap keeps a byte-sized SWA pool legal but a few windows of the new model: the
+    sizes are printed, and the warning goes to stderr with exit 0."""
+    from click.testing import CliRunner
+
+    from sim.cli import cli
+
+    doc = make_doc(**TINY_SWEEP)
+    doc["device"]["swa_pages"] = 10  # 640 tokens = 5 windows of 128
+    doc["storage"]["pools"]["swa"] = {"capacity_gb": 1e-6}
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "device.swa_pages: 10 (640 tokens" in result.stdout
+    assert "= 5.0 windows of 128 tokens" in result.stdout
+    assert "warning: device.swa_pages is 10 pages = 5.0 windows" in result.stderr
+    assert "warning: storage.pools.swa.capacity_gb is 1 kB, below one request's" in result.stderr
+    assert "warning" not in result.stdout
+    run = CliRunner().invoke(cli, ["run", str(path), "--out", str(tmp_path / "run")])
+    assert run.exit_code == 0 and "warning: device.swa_pages" in run.stderr
+    from sim.outputs.report import build_report
+
+    page = build_report(tmp_path / "run")
+    assert "<td>warning</td>" in page.replace('<td class="key">warning</td>', "<td>warning</td>")

@@ -15,6 +15,7 @@ from sim.cli.app import (
     load,
     out_option,
     set_option,
+    warn_sizes,
 )
 from sim.results.directories import check_sweep_out, only_writer
 from sim.results.layout import CONFIG, TASKS
@@ -59,6 +60,7 @@ def sweep_cmd(
     from sim.sweep import finished_runs, plan, run_sweep, staging_dir
 
     sc = load(scenario, overrides, scan_trace=False)
+    warn_sizes(sc)
     tasks = plan(sc, scenario, seeds)
     target = out or default_out(RESULTS_ROOT, sc.name, "sweep")
     provenance = {
@@ -196,6 +198,7 @@ def capacity_cmd(
         raise ScenarioError(
             "--tolerance", None, "applies only to --range (drop it, or bisect with --range)"
         )
+    warn_sizes(sc)
     target_dir = out or default_out(RESULTS_ROOT, sc.name, "capacity")
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers

@@ -46,6 +46,7 @@ from sim.outputs.html import (
     unit_header,
 )
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
+from sim.outputs.sizing import sizing_warnings
 from sim.results.layout import TASKS, detect
 from sim.results.reading import (
     RunDir,
@@ -120,6 +121,7 @@ def _deployment(
     if not config:
         return None
     rows = deployment_card(config, varied)
+    rows += [("warning", warning) for warning in sizing_warnings(config)]
     return section(
         "deployment",
         "Deployment",
