@@ -119,6 +119,16 @@ class CapacitySearch:
         self.progress = progress
         self.evaluations: dict[float, Evaluation] = {}
         self._bar: Progress | None = None
+        self.given: dict[float, str] = {}
+        """Values as the user wrote them ('512MiB'), echoed beside the key's own unit."""
+
+    def shown(self, value: float) -> str:
+        """A value as written and, where that differs, in the key's unit: '512MiB (0.537 GB)'."""
+        own = param_text(self.param, value)
+        given = self.given.get(float(value))
+        return (
+            f"{given} ({own})" if given and given.replace(" ", "") != own.replace(" ", "") else own
+        )
 
     def resolve_reference(self) -> None:
         """For a relative target, run the reference point on the same seeds and turn the share
@@ -173,7 +183,7 @@ class CapacitySearch:
         if self._bar is not None:
             verdict = "meets" if meets else "fails"
             self._bar.update(
-                f"{self.param}={param_text(self.param, value)}: {self.metric} mean "
+                f"{self.param}={self.shown(value)}: {self.metric} mean "
                 f"{evaluation.mean:.4g} CI [{evaluation.ci_low:.4g}, {evaluation.ci_high:.4g}] "
                 f"n={evaluation.n} {verdict}"
             )
@@ -221,17 +231,7 @@ class CapacitySearch:
 
     def check_value(self, value: float | None, option: str) -> None:
         """Refuse, naming `option`, a value the scenario does not accept for the parameter."""
-        doc = point_document(self.scenario, [(self.param, value)], option)
-        try:
-            build_scenario(doc, option)
-        except ScenarioError as exc:
-            where = "" if exc.key == self.param else f" ({exc.key})"
-            raise ScenarioError(
-                option,
-                None,
-                f"{self.param}={_reference_text(self.param, value)} is refused by the scenario"
-                f"{where}: {exc.message}",
-            ) from None
+        check_value(self.scenario, self.param, value, option)
 
     @contextmanager
     def _progress(self, planned: int) -> Iterator[None]:
@@ -340,6 +340,21 @@ def check_relative(
         except ValueError as exc:
             raise ScenarioError("--target", None, f"reference point {exc}") from None
     return metric, op, share, value
+
+
+def check_value(scenario: Scenario, param: str, value: float | None, option: str) -> None:
+    """Refuse, naming `option`, a value the scenario does not accept for the parameter."""
+    doc = point_document(scenario, [(param, value)], option)
+    try:
+        build_scenario(doc, option)
+    except ScenarioError as exc:
+        where = "" if exc.key == param else f" ({exc.key})"
+        raise ScenarioError(
+            option,
+            None,
+            f"{param}={_reference_text(param, value)} is refused by the scenario"
+            f"{where}: {exc.message}",
+        ) from None
 
 
 def check_param(scenario: Scenario, param: str) -> None:

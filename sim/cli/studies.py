@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -178,37 +179,23 @@ def capacity_cmd(
     from sim.outputs.plot import plot_capacity
     from sim.results.directories import default_out
     from sim.sweep import finished_runs
-    from sim.units import param_text
 
-    if more_values and values is None:
-        raise ScenarioError(
-            "capacity",
-            None,
-            f"unexpected argument(s) {' '.join(more_values)!r} after the scenario (only "
-            "--values takes several: --values 1,2,4 or --values 1 2 4)",
-        )
-    if more_values:
-        values = " ".join([values or "", *more_values])
+    if more_values and values is not None:
+        values = " ".join([values, *more_values])
     sc = load(scenario, overrides)
-    if (bounds is None) == (values is None):
-        raise ScenarioError(
-            "capacity", None, "give exactly one of --range LOW HIGH and --values A,B,..."
-        )
-    if tolerance is not None and values is not None:
-        raise ScenarioError(
-            "--tolerance", None, "applies only to --range (drop it, or bisect with --range)"
-        )
-    warn_sizes(sc)
     target_dir = out or default_out(RESULTS_ROOT, sc.name, "capacity")
+    question = Question(sc, scenario, param, target_dir)
+    question.check(target, bounds, values, tolerance, more_values)
+    warn_sizes(sc)
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
+    search.given = question.given
     try:
         if values is not None:
-            answer = search.scan(_quantities("--values", split_values(values), param))
+            answer = search.scan(question.numbers)
         else:
-            assert bounds is not None
-            low, high = _quantities("--range", list(bounds), param)
+            low, high = question.numbers
             answer = search.bisect(low, high, tolerance)
     except KeyboardInterrupt:
         finished = finished_runs(target_dir / TASKS)
@@ -224,7 +211,7 @@ def capacity_cmd(
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
         click.echo(
-            f"{param}={param_text(param, ev.value)}: mean {ev.mean:.4g} "
+            f"{param}={search.shown(ev.value)}: mean {ev.mean:.4g} "
             f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
     click.echo(answer.describe())
@@ -252,18 +239,103 @@ def split_values(text: str) -> list[str]:
     return items
 
 
-def _quantities(option: str, texts: list[str], param: str) -> list[int | float]:
-    """Command-line numbers for `param` (a `_gb` key also takes 512MB, 2GiB, ...)."""
-    from sim.units import parse_quantity
+class Question:
+    """A capacity question's arguments checked all together before the first run: every
+    refusal (--param, --target, --range or --values, --tolerance, a stray argument) is told in
+    one error, not one per attempt. Keeps the values as numbers and as the user wrote them."""
 
-    numbers = []
-    for text in texts:
-        if not text.strip():
-            raise ScenarioError(
-                option, None, f"an empty value in {','.join(texts)!r} (give e.g. 1,2,4)"
-            )
+    def __init__(self, scenario: Any, source: str, param: str, out: Path) -> None:
+        self.scenario, self.source, self.param, self.out = scenario, source, param, out
+        self.problems: list[tuple[str | None, str]] = []
+        self.numbers: list[int | float] = []
+        self.given: dict[float, str] = {}
+
+    def attempt(self, check: Any, *args: Any) -> Any:
         try:
-            numbers.append(parse_quantity(text, param))
-        except ValueError as exc:
-            raise ScenarioError(option, None, str(exc)) from None
-    return numbers
+            return check(*args)
+        except ScenarioError as exc:
+            for key, message in exc.problems:
+                self.problems.append((exc.source if key is None else key, message))
+            return None
+
+    def check(
+        self,
+        target: str,
+        bounds: tuple[str, str] | None,
+        values: str | None,
+        tolerance: float | None,
+        stray: tuple[str, ...],
+    ) -> None:
+        from sim.capacity import (
+            check_param,
+            check_range,
+            check_relative,
+            check_target,
+            check_value,
+        )
+
+        if stray and values is None:
+            self.problems.append(
+                (
+                    "capacity",
+                    f"unexpected argument(s) {' '.join(stray)!r} after the scenario (only "
+                    "--values takes several: --values 1,2,4 or --values 1 2 4)",
+                )
+            )
+        if (bounds is None) == (values is None):
+            self.problems.append(
+                ("capacity", "give exactly one of --range LOW HIGH and --values A,B,...")
+            )
+        if tolerance is not None and values is not None:
+            self.problems.append(
+                ("--tolerance", "applies only to --range (drop it, or bisect with --range)")
+            )
+        param_ok = self.attempt(check_param, self.scenario, self.param) is None and not any(
+            key == "--param" for key, _ in self.problems
+        )
+        if self.attempt(check_relative, self.scenario, self.param, target) is None:
+            self.attempt(check_target, self.scenario, target)
+        option = "--values" if values is not None else "--range"
+        texts = split_values(values) if values is not None else list(bounds or ())
+        numbers = self.attempt(self._quantities, option, texts)
+        if numbers is not None and bounds is not None and values is None:
+            self.attempt(check_range, *numbers, tolerance)
+        if numbers is not None and param_ok:
+            for number in numbers:
+                self.attempt(check_value, self.scenario, self.param, number, option)
+        if self.problems:
+            (key, message), *more = self.problems
+            raise ScenarioError("capacity", key, message, more)
+        self.numbers = numbers or []
+
+    def _quantities(self, option: str, texts: list[str]) -> list[int | float]:
+        """Command-line numbers for the parameter: a `_gb` key takes 512MB, 2GiB, ...; a page or
+        slot key takes a size with a unit as the scenario file does (4GiB, 65536 tokens),
+        converted with this model's object sizes. What the user wrote is kept for echoing."""
+        from sim.scenario import scenario_document
+        from sim.sizes import SizeError, convert, size_keys
+        from sim.units import parse_quantity
+
+        size = next(
+            (k for k in size_keys(scenario_document(self.scenario)) if k.key == self.param),
+            None,
+        )
+        numbers: list[int | float] = []
+        for text in texts:
+            if not text.strip():
+                raise ScenarioError(
+                    option, None, f"an empty value in {','.join(texts)!r} (give e.g. 1,2,4)"
+                )
+            try:
+                number = parse_quantity(text, self.param)
+            except ValueError as exc:
+                if size is None or size.unit == "GB":
+                    raise ScenarioError(option, None, str(exc)) from None
+                try:
+                    number = convert(text.strip(), size)
+                except SizeError as size_exc:
+                    raise ScenarioError(option, None, size_exc.message) from None
+            numbers.append(number)
+            if any(c.isalpha() for c in text):
+                self.given[float(number)] = text.strip()
+        return numbers
