@@ -52,8 +52,10 @@ STORAGE_TITLE = "shared storage occupancy (GB; dashed: capacity)"
 SINGLE_TITLES = [
     "cumulative discards (after warm-up)",
     "existence cache",
+    "% of prompt tokens restored from storage",
     "device and host occupancy",
     "storage occupancy (GB; dashed: capacity)",
+    "storage bandwidth (GB/s, mean per bin)",
 ]
 SINGLE_LABELS = [
     "requests",
@@ -165,7 +167,7 @@ def test_many_instances_are_told_apart_by_a_colour_scale(copy_of) -> None:
     assert len(by_title(fig)[PER_SERVER_TITLES[0]].get_lines()) == n
 
 
-def test_single_server_plot_is_the_four_panel_figure(runs) -> None:
+def test_single_server_plot_is_the_six_panel_figure(runs) -> None:
     directory = runs["single"][0]
     fig = run_figure(directory)
     assert [ax.get_title() for ax in fig.axes] == SINGLE_TITLES

@@ -454,3 +454,22 @@ def visible_text(dom: str) -> str:
     """The text a reader sees in a dumped page (tags, the style and the script left out)."""
     dom = re.sub(r"<(style|script)[^>]*>.*?</\1>", " ", dom, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
+
+
+def test_run_plot_has_restored_share_and_bandwidth_and_no_negative_axis(copy_of) -> None:
+    from sim.outputs.plot import run_figure
+
+    fig = run_figure(copy_of("run"))
+    titles = {ax.get_title(): ax for ax in fig.axes}
+    share = titles["% of prompt tokens restored from storage"]
+    bandwidth = titles["storage bandwidth (GB/s, mean per bin)"]
+    assert share.get_lines() and len(bandwidth.get_lines()) == 2
+    for ax in fig.axes:
+        assert ax.get_ylim()[0] >= 0, ax.get_title()
+
+
+def test_compare_plot_leaves_no_empty_slot(copy_of) -> None:
+    from sim.outputs.plot import comparison_figure
+
+    fig = comparison_figure(copy_of("compare"))
+    assert all(ax.axison for ax in fig.axes), "every cell of the grid holds a panel"

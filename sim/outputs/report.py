@@ -396,6 +396,7 @@ def _capacity_page(directory: Path) -> str:
         ["parameter", param],
         ["target", target],
         ["seeds per value", number(answer.get("seeds"))],
+        *_relative_rows(answer, param),
         ["answer", answered],
         ["largest failing value", quantity_text(param, failing)],
         ["statement", answer.get("statement", "")],
@@ -446,6 +447,23 @@ def _capacity_page(directory: Path) -> str:
             section("summary", "Summary", *summary),
         ],
     )
+
+
+def _relative_rows(answer: Mapping[str, Any], param: str) -> list[list[Any]]:
+    """A relative target as asked, and the reference point whose mean made it absolute."""
+    reference = answer.get("reference")
+    if not isinstance(reference, dict) or not answer.get("requested_target"):
+        return []
+    value = reference.get("value")
+    at = "unbounded (null)" if value is None else quantity_text(param, value)
+    return [
+        ["requested target", answer["requested_target"]],
+        [
+            "reference point",
+            f"{param} = {at}: mean {number(reference.get('mean'))} over "
+            f"{number(reference.get('n'))} seeds",
+        ],
+    ]
 
 
 def _at_answer(directory: Path, param: str, value: Any, metric: str) -> list[list[Any]]:
