@@ -477,9 +477,15 @@ def _label(row: pd.Series, keys: list[str]) -> str:
 
 
 def _curves(points: pd.DataFrame, x: str, groups: list[str]) -> Figure:
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
-    axes = fig.subplots(1, 2)
-    for ax, metric in zip(axes, ("heal_rate", "discard_rate"), strict=True):
+    # A metric with no value at any point (no loop was retried: no heal rate) gets no empty panel.
+    metrics = [
+        m
+        for m in ("heal_rate", "discard_rate")
+        if points[points["metric"] == m]["mean"].notna().any()
+    ] or ["heal_rate", "discard_rate"]
+    fig = Figure(figsize=(6 * len(metrics), 4.5), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics, strict=True):
         data = points[points["metric"] == metric]
         keyed = data.groupby(groups, dropna=False, sort=False) if groups else [((), data)]
         for _, series in keyed:
