@@ -211,3 +211,15 @@ def test_validate_prints_resolved_sizes_and_warns_of_a_pool_too_small(tmp_path: 
 
     page = build_report(tmp_path / "run")
     assert "<td>warning</td>" in page.replace('<td class="key">warning</td>', "<td>warning</td>")
+
+
+def test_a_sweep_on_a_file_writes_a_line_per_run(tmp_path: Path) -> None:
+    doc = make_doc(**TINY_SWEEP)
+    doc["sweep"] = {"seeds": 2, "grid": {CAP: [0.05, 0.2]}}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = ok(invoke("sweep", str(path), "--executor", "serial", "--out", str(tmp_path / "s")))
+    lines = [x for x in result.stderr.splitlines() if x.startswith("runs: ")]
+    assert [x.split(",")[0] for x in lines] == [f"runs: {i}/4 runs" for i in range(1, 5)]
+    assert all("ETA" in x for x in lines) and "\r" not in result.stderr
+    assert (tmp_path / "s" / "config.resolved.yaml").is_file(), "kept for the report's card"
