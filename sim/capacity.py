@@ -63,15 +63,21 @@ class CapacityAnswer:
     largest_failing: float | None
     evaluations: list[Evaluation]
 
-    def describe(self) -> str:
+    def describe(self, given: dict[float, str] | None = None) -> str:
+        """The answer as a sentence; `given` maps values to how the user wrote them ('8GiB'),
+        which is said first, the key's unit beside it."""
         if self.answer is None:
             return f"no value in range meets {self.target} with 95 % confidence"
         from sim.outputs.answers import quantity_text
 
         best = next(e for e in self.evaluations if e.value == self.answer)
         gap = None if self.largest_failing is None else self.answer - self.largest_failing
+        shown = quantity_text(self.param, self.answer, gap)
+        written = (given or {}).get(float(self.answer))
+        if written:
+            shown = f"{written} ({shown})"
         line = (
-            f"{self.param} = {quantity_text(self.param, self.answer, gap)}: "
+            f"{self.param} = {shown}: "
             f"{self.target.split('>')[0].split('<')[0]} mean {best.mean:.4g}, "
             f"95 % CI [{best.ci_low:.4g}, {best.ci_high:.4g}] over {best.n} seeds"
         )
@@ -275,7 +281,7 @@ class CapacitySearch:
                     "seeds": self.seeds,
                     "answer": answer.answer,
                     "largest_failing": answer.largest_failing,
-                    "statement": answer.describe(),
+                    "statement": answer.describe(self.given),
                 },
                 indent=2,
             )

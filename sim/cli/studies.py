@@ -214,7 +214,7 @@ def capacity_cmd(
             f"{param}={search.shown(ev.value)}: mean {ev.mean:.4g} "
             f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
-    click.echo(answer.describe())
+    click.echo(answer.describe(search.given))
     for path in plot_capacity(target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
