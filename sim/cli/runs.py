@@ -36,6 +36,7 @@ from sim.scenario import (
     scenario_document,
     scenario_model,
 )
+from sim.spec import COMMAND_LINE_SET
 from sim.variants import Variant, VariantSet
 
 
@@ -159,7 +160,9 @@ def _load_variant(
             trace_requests(sc)
     except ScenarioError as exc:
         where = ";".join(variant.sets) if found.option == "--vary" else variant.label
-        raise ScenarioError(f"{found.option} {where}", exc.key, exc.message) from None
+        # The variant's option names the source; the key is a key, not a `--set` label.
+        key = exc.key.removeprefix(f"{COMMAND_LINE_SET} ") if exc.key else exc.key
+        raise ScenarioError(f"{found.option} {where}", key, exc.message) from None
     return sc
 
 
