@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
+from sim.outputs.sizing import held
 from sim.sizes import size_notes
 from sim.units import GB, bytes_text, number
 
@@ -160,7 +161,9 @@ def _device(config: Mapping[str, Any], notes: Mapping[str, str], varied: Mapping
         if not isinstance(_section(config, "model", pool), Mapping):
             continue
         value = _section(config, "device", key)
-        parts.append(f"{POOL_LABELS[pool]} {key} {_sized(f'device.{key}', value, notes, varied)}")
+        text = f"{POOL_LABELS[pool]} {key} {_sized(f'device.{key}', value, notes, varied)}"
+        holds = held(config, f"device.{key}") if f"device.{key}" not in varied else ""
+        parts.append(text + (f" = {holds}" if holds and pool == "swa" else ""))
     return "; ".join(parts) or "–"
 
 

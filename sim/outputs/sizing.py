@@ -62,14 +62,15 @@ def resolved_sizes(doc: Mapping[str, Any]) -> list[str]:
     lines = []
     for key, note in notes.items():
         line = f"{key}: {number(_get(doc, key))} ({note})"
-        held = _held(doc, key)
-        if held:
-            line += f" = {held}"
+        held_text = held(doc, key)
+        if held_text:
+            line += f" = {held_text}"
         lines.append(line)
     return lines
 
 
-def _held(doc: Mapping[str, Any], key: str) -> str:
+def held(doc: Mapping[str, Any], key: str) -> str:
+    """What an aux pool's size holds: windows of the model's SWA, or Mamba states."""
     value = _get(doc, key)
     if not isinstance(value, int | float) or isinstance(value, bool):
         return ""
