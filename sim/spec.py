@@ -46,6 +46,9 @@ class ScenarioError(Exception):
         if key.startswith(f"{COMMAND_LINE_SET} "):
             # Set on the command line: told as `--set: KEY: ...`, like a malformed --set.
             return f"{COMMAND_LINE_SET}: {key.removeprefix(COMMAND_LINE_SET + ' ')}: {message}"
+        if key.startswith("--"):
+            # A command-line option among a command's problems: it is its own source.
+            return f"{key}: {message}"
         return f"{self.source}: {key or repr('')}: {message}"
 
 

@@ -277,14 +277,14 @@ class Question:
         if stray and values is None:
             self.problems.append(
                 (
-                    "capacity",
+                    None,
                     f"unexpected argument(s) {' '.join(stray)!r} after the scenario (only "
                     "--values takes several: --values 1,2,4 or --values 1 2 4)",
                 )
             )
         if (bounds is None) == (values is None):
             self.problems.append(
-                ("capacity", "give exactly one of --range LOW HIGH and --values A,B,...")
+                (None, "give exactly one of --range LOW HIGH and --values A,B,...")
             )
         if tolerance is not None and values is not None:
             self.problems.append(
