@@ -28,8 +28,10 @@ from pydantic import BaseModel
 
 from sim.deployment.resolve import get
 from sim.model.pools import POOL_KINDS
+from sim.outputs.files import replace_file
 from sim.outputs.metrics import is_summary_key, summary_keys
 from sim.outputs.progress import Progress
+from sim.results.directories import MARKER, MARKER_TEXT
 from sim.results.layout import CAPACITY, CONFIG, EVALUATIONS, TASKS
 from sim.scenario import (
     Scenario,
@@ -262,15 +264,24 @@ class CapacitySearch:
         )
 
     def save(self, answer: CapacityAnswer) -> None:
+        """Each file replaced through a temporary one (never written through a link planted at
+        its path), and the directory marked as this tool's; the resolved configuration is kept
+        for the report's deployment card."""
         from sim.outputs.results import resolved_yaml
 
         self.out.mkdir(parents=True, exist_ok=True)
-        # The deployment the search sized, for the report's card (the sized key as first given).
-        (self.out / CONFIG).write_text(resolved_yaml(self.scenario))
-        pd.DataFrame([asdict(e) for e in answer.evaluations]).to_csv(
-            self.out / EVALUATIONS, index=False
+        frame = pd.DataFrame([asdict(e) for e in answer.evaluations])
+        replace_file(self.out / EVALUATIONS, lambda tmp: frame.to_csv(tmp, index=False))
+        replace_file(self.out / MARKER, lambda tmp: tmp.write_text(MARKER_TEXT))
+        config = resolved_yaml(self.scenario)
+        replace_file(self.out / CONFIG, lambda tmp: tmp.write_text(config))
+        replace_file(
+            self.out / CAPACITY,
+            lambda tmp: tmp.write_text(self._answer_json(answer)),
         )
-        (self.out / CAPACITY).write_text(
+
+    def _answer_json(self, answer: CapacityAnswer) -> str:
+        return (
             json.dumps(
                 {
                     "scenario": self.scenario.name,
@@ -445,6 +456,14 @@ def check_range(low: float, high: float, tolerance: float | None) -> None:
     if low > high:
         raise ScenarioError(
             "--range", None, f"LOW {low} is above HIGH {high} (give --range {high} {low})"
+        )
+    if tolerance is not None and math.isinf(tolerance) and tolerance > 0:
+        raise ScenarioError(
+            "--tolerance",
+            None,
+            f"{tolerance:g} is not a finite number: a bisection to it would stop before its "
+            f"first step (give a resolution such as --tolerance {_example_step(low, high)}, or "
+            "leave it out: 1 for integer ends, 1/64 of the range otherwise)",
         )
     if tolerance is not None and not (math.isfinite(tolerance) and tolerance > 0):
         raise ScenarioError(

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from sim.safe_io import UnreadableFile, read_text_bounded
 from sim.spec import ScenarioError
 
 
@@ -90,10 +91,49 @@ class _SafeLoader(yaml.SafeLoader):
             ) from None
 
 
+MAX_ALIAS_EXPANSION = 100_000
+"""Values that aliases may add to a document when expanded. Loading keeps an alias as a shared
+reference, but validation, copies and messages walk the expanded tree: nine lines of nested
+aliases would be 387 million values. A document written out is bounded by its file size."""
+
+
+def _check_expansion(root: yaml.Node | None) -> None:
+    """Refuse a document whose aliases expand it by more than MAX_ALIAS_EXPANSION values, counted
+    without expanding (each node's expanded size is computed once)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a cycle is refused by _check_document
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        sizes[id(node)] = total
+        return total
+
+    if root is None:
+        return
+    expanded = size(root)
+    if expanded - len(sizes) > MAX_ALIAS_EXPANSION:
+        raise ScenarioError(
+            "",
+            None,
+            f"YAML aliases expand this document to {expanded:,} values, over the "
+            f"{MAX_ALIAS_EXPANSION:,} aliases may add (write the values out, or use fewer aliases)",
+        )
+
+
 def _safe_load(text: str) -> Any:
-    """Safe YAML (no object-constructing tags), checked by `_check_document`."""
+    """Safe YAML (no object-constructing tags), checked by `_check_document` and
+    `_check_expansion`."""
     try:
-        _check_document(yaml.compose(text, Loader=_SafeLoader))
+        root = yaml.compose(text, Loader=_SafeLoader)
+        _check_document(root)
+        _check_expansion(root)
         return yaml.load(text, Loader=_SafeLoader)
     except RecursionError:
         raise yaml.YAMLError(f"nested too deeply (line {_deep_line(text)})") from None
@@ -119,7 +159,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         value = _safe_load(raw) if raw.strip() else None
     except ScenarioError as exc:
-        raise ScenarioError("--set", f"{key}.{exc.key}", exc.message) from None
+        where = key if exc.key is None else f"{key}.{exc.key}"
+        raise ScenarioError("--set", where, exc.message) from None
     except LOADER_ERRORS as exc:
         raise ScenarioError("--set", key, f"value is not valid YAML: {_brief(exc)}") from None
     if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
@@ -163,7 +204,9 @@ def read_document(path: Path) -> dict[str, Any]:
     """Read a scenario file into a plain mapping, or raise a ScenarioError naming the file."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_bounded(path)
+    except UnreadableFile as exc:
+        raise ScenarioError(source, None, f"cannot read file: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(source, None, f"cannot read file: {exc}") from None
     try:

@@ -40,6 +40,7 @@ from sim.model.prefetch import PREFETCH_POLICIES
 from sim.model.presets import MODEL_PRESETS
 from sim.model.storage import HIT_QUERIES
 from sim.routing import DEFAULT_ROUTER, ROUTERS
+from sim.safe_io import UnreadableFile, check_regular
 from sim.sections import (
     MAX_DURATION_S,
     ClusterSpec,
@@ -73,6 +74,7 @@ from sim.spec import (
     Strict,
 )
 from sim.workload import (
+    MAX_TRACE_FILE_BYTES,
     WORKLOAD_KINDS,
     MooncakeWorkload,
     MultiturnWorkload,
@@ -551,11 +553,14 @@ def check_references(scenario: Scenario, source: str) -> None:
     if trace is None:
         return
     try:
-        found = trace.is_file()
+        found = trace.exists()
+        check_regular(trace, limit=MAX_TRACE_FILE_BYTES)
     except OSError as exc:
         raise ScenarioError(
             source, "workload.path", f"cannot access trace: {exc.strerror}"
         ) from None
+    except UnreadableFile as exc:
+        raise ScenarioError(source, "workload.path", f"cannot read trace: {exc}") from None
     if not found:
         raise ScenarioError(source, "workload.path", f"trace file not found: {trace}")
 

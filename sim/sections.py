@@ -22,10 +22,12 @@ from sim.model.presets import MODEL_PRESETS
 from sim.registry import Registry
 from sim.routing import DEFAULT_ROUTER, ROUTERS, RouterSpec
 from sim.spec import (
+    MIN_INTERVAL_S,
+    Attempts,
+    Gbps,
     KeyedError,
     NonNegFloat,
     NonNegInt,
-    PositiveFloat,
     PositiveInt,
     Probability,
     Strict,
@@ -122,7 +124,7 @@ class HostSpec(Strict):
     hicache_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1e3)] | None = None
     """SGLang's --hicache-ratio: null is its default, 2.0 in cache mode and 1.2 in buffer_only
     mode. Used only to derive a `pages` the scenario leaves out."""
-    pcie_gbps: PositiveFloat = 50.0
+    pcie_gbps: Gbps = 50.0
     """Host-device bandwidth of the io path: a GPU profile gives the gather kernel's rate for
     `kernel` io and the bulk copy rate for `direct` io."""
     io_backend: Literal["kernel", "direct"] = "kernel"
@@ -165,8 +167,8 @@ class StorageSpec(Strict):
     hit query, write dedup and eviction order become the defaults of the keys below."""
     hit_query: str = "min_of_pools"
     """One of `sim.model.storage.HIT_QUERIES`; the default is what SGLang's hybrid backends do."""
-    read_gbps: PositiveFloat = 10.0
-    write_gbps: PositiveFloat = 5.0
+    read_gbps: Gbps = 10.0
+    write_gbps: Gbps = 5.0
     exists_latency_ms: NonNegFloat = 0.5
     exists_ttl_s: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 0.0
     """How long an object removed by a backend-side eviction still answers `exists` (the file
@@ -200,18 +202,28 @@ class ExistenceCacheSpec(Strict):
 
 
 class RetrySpec(Strict):
-    max_attempts: NonNegInt = 8
+    max_attempts: Attempts = 8
     """Re-issues a still-queued request may make after a missed prefetch (SGLang's
     --hicache-storage-prefetch-retry-max-attempts, 8 since v0.5.20); 0 turns retries off."""
     interval_passes: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] = 8
     """Scheduler passes a marked request waits before its re-issue (SGLang's
     --hicache-storage-prefetch-retry-poll-interval, 8 since v0.5.20); 0 turns retries off."""
-    interval_s: NonNegFloat | None = None
+    interval_s: Annotated[float, Field(strict=True, ge=0.0, le=1e9)] | None = None
     """Pace re-issues in seconds instead of passes (the simulator's earlier model; 0 turns
-    retries off)."""
+    retries off, anything else is at least a millisecond)."""
     idle_pass_ms: Annotated[float, Field(ge=0.001, le=1000.0)] = 0.1
     """How long a scheduler pass that runs no batch takes while a retry is pending (SGLang
     spins with a waiting queue; an estimate, not a measurement)."""
+
+    @model_validator(mode="after")
+    def _interval_bounded(self) -> RetrySpec:
+        if self.interval_s is not None and 0 < self.interval_s < MIN_INTERVAL_S:
+            raise KeyedError(
+                "prefetch.retry.interval_s",
+                f"{self.interval_s:g} s is below the {MIN_INTERVAL_S:g} s (1 ms) a retry interval "
+                "may be (0 turns retries off)",
+            )
+        return self
 
 
 class PrefetchSpec(Strict):
@@ -229,7 +241,9 @@ class PrefetchSpec(Strict):
 
 
 class ComputeSpec(Strict):
-    prefill_tokens_per_s: PositiveFloat = 20000.0
+    prefill_tokens_per_s: Annotated[float, Field(strict=True, ge=1.0, le=1e15)] = 20000.0
+    """From 1 token/s (below it one request outlasts any run); the top is far above any GPU so
+    that oracle scenarios can make prefill free (1e12)."""
     decode_ms_per_token: NonNegFloat = 20.0
     chunk_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = 8192
     """Chunked prefill (SGLang's --chunked-prefill-size): every chunk end is an insert, so a
@@ -247,7 +261,7 @@ class ClusterSpec(Strict):
     instances: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
     router: RouterSpec = Field(default_factory=ROUTERS[DEFAULT_ROUTER])
     """One of `sim.routing.ROUTERS` by its `policy` (default cache_aware, the gateway's)."""
-    link_gbps: PositiveFloat | None = None
+    link_gbps: Gbps | None = None
     """Each server's own link to the backend (each direction); null: only the backend's
     aggregate `storage.read_gbps` / `storage.write_gbps` limit a server."""
     scale_arrivals: bool = False
@@ -294,9 +308,9 @@ class HardwareSpec(Strict):
     memory_mib: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = None
     """GPU memory as nvidia-smi reports it: picks SGLang's chunk size and memory fraction and,
     with a model preset, sizes the device pools."""
-    kernel_gbps: Annotated[float, Field(strict=True, gt=0.0, le=1e4)] | None = None
+    kernel_gbps: Annotated[float, Field(strict=True, ge=1e-3, le=1e4)] | None = None
     """Host-to-device rate of a kernel reading host memory (`kernel` io)."""
-    bulk_gbps: Annotated[float, Field(strict=True, gt=0.0, le=1e4)] | None = None
+    bulk_gbps: Annotated[float, Field(strict=True, ge=1e-3, le=1e4)] | None = None
     """Host-to-device rate of large copies (`direct` io)."""
     copy_overhead_us: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] | None = None
     """Cost of one copy beyond its bytes (`direct` io)."""

@@ -31,8 +31,9 @@ class SizeKey:
     """`pages`, `slots` or `GB`."""
     unit_bytes: int
     """Bytes one unit holds (GB: 10**9)."""
-    unit_tokens: int | None
-    """Tokens one unit holds; None when tokens do not size it (Mamba states)."""
+    unit_tokens: float | None
+    """Tokens one unit holds, exactly (a GB holds a fraction of a page); None when tokens do not
+    size it (Mamba states)."""
 
 
 def size_keys(doc: dict[str, Any], model: dict[str, Any] | None = None) -> Iterator[SizeKey]:
@@ -52,7 +53,7 @@ def size_keys(doc: dict[str, Any], model: dict[str, Any] | None = None) -> Itera
         yield SizeKey(
             f"device.{kind.device_key}", kind.residency.unit, pool.object_bytes, unit_tokens
         )
-        gb_tokens = None if not per_page else max(1, GB * page_size // pool.object_bytes)
+        gb_tokens = None if not per_page else GB * page_size / pool.object_bytes
         yield SizeKey(f"storage.pools.{name}.capacity_gb", "GB", GB, gb_tokens)
     host_page_bytes = sum(p.object_bytes for p in pools.values() if p.residency.per_page)
     yield SizeKey("host.pages", "pages", host_page_bytes, page_size)
@@ -120,6 +121,12 @@ def convert(text: str, size: SizeKey) -> int | float:
     if match is None:
         raise SizeError(size.key, f"{text!r} is not a size: expected {hint}")
     number, unit = float(match.group(1)), match.group(2).lower()
+    if unit in BYTE_UNITS and match.group(2).endswith("b"):
+        raise SizeError(
+            size.key,
+            f"{text!r}: a lowercase b is a bit ({match.group(2)!r} reads as bits); sizes are "
+            f"in bytes, with a capital B: expected {hint}",
+        )
     if unit in BYTE_UNITS:
         amount = number * BYTE_UNITS[unit] / size.unit_bytes
     elif unit in ("token", "tokens"):

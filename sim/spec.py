@@ -72,5 +72,15 @@ Probability = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
 PositiveFloat = Annotated[float, Field(strict=True, gt=0.0)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0.0)]
 
+MIN_INTERVAL_S = 1e-3
+IntervalS = Annotated[float, Field(strict=True, ge=MIN_INTERVAL_S, le=1e9)]
+"""A timer's period in seconds: at least a millisecond, so a timer cannot fire billions of times
+in a run (a 1e-300 s poll would never let simulated time advance)."""
+Gbps = Annotated[float, Field(strict=True, ge=1e-3, le=1e6)]
+"""A bandwidth in GB/s: from 1 MB/s (below it a page takes minutes to move) to 1 PB/s."""
+MAX_ATTEMPTS = 1000
+Attempts = Annotated[int, Field(strict=True, ge=0, le=MAX_ATTEMPTS)]
+"""Re-issues per request: each is an event, so the count is bounded (SGLang's default is 8)."""
+
 Bytes = Annotated[int, Field(strict=True, ge=1, le=2**40)]
 """Object and token sizes: bounded so byte arithmetic stays within floats (a TiB per object)."""

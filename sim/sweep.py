@@ -10,6 +10,7 @@ becomes a failure record; the others finish.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -27,11 +28,13 @@ import numpy as np
 import pandas as pd
 
 from sim.documents import resolve_paths
+from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
 from sim.outputs.progress import Progress
 from sim.pool import run_all
 from sim.results.layout import POINTS, RUNS, SWEEP_META, TASKS
 from sim.runner import run
+from sim.safe_io import read_text_bounded
 from sim.scenario import (
     Scenario,
     ScenarioError,
@@ -39,7 +42,7 @@ from sim.scenario import (
     point_document,
     scenario_document,
 )
-from sim.stats import confidence
+from sim.stats import confidence, parse_target
 
 EXECUTORS = ("serial", "process", "dask")
 VARIANT = "variant"
@@ -75,6 +78,7 @@ def plan(scenario: Scenario, source: str, seeds: int | None = None) -> list[Task
     set on it."""
     if scenario.sweep is None:
         raise ScenarioError(source, "sweep", "the scenario has no sweep section")
+    check_sweep_target(scenario, source)
     axes: dict[str, list[Any]] = {}
     variants = scenario.sweep.variants
     if variants:
@@ -110,6 +114,30 @@ def plan(scenario: Scenario, source: str, seeds: int | None = None) -> list[Task
             digest = hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()
             tasks.append(Task(point, values, seed_index, seed, resolved, digest[:20]))
     return tasks
+
+
+def check_sweep_target(scenario: Scenario, source: str) -> None:
+    """Refuse a `sweep.target` whose metric this model never reports (it would be drawn as
+    holding 'at 0 of 0 points') or whose bound is not a finite number."""
+    from sim.outputs.metrics import summary_keys
+
+    target = scenario.sweep.target if scenario.sweep is not None else None
+    if target is None:
+        return
+    try:
+        metric, _, _ = parse_target(target)
+    except ValueError as exc:
+        raise ScenarioError(source, "sweep.target", str(exc)) from None
+    reported = summary_keys(scenario.model.pools)
+    if metric not in reported:
+        close = difflib.get_close_matches(metric, sorted(reported), n=2)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ScenarioError(
+            source,
+            "sweep.target",
+            f"unknown metric {metric!r}: this model never reports it ({hint}docs/metrics.md "
+            "lists every metric)",
+        )
 
 
 def execute(doc: dict[str, Any]) -> dict[str, Any]:
@@ -167,7 +195,7 @@ def _dispatch_dask(
     from distributed import as_completed as dask_completed
 
     if scheduler:
-        client = Client(scheduler)
+        client = connect_scheduler(scheduler)
         cluster = None
     else:
         cluster = LocalCluster(
@@ -183,6 +211,72 @@ def _dispatch_dask(
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+SCHEDULER_TIMEOUT_S = 10.0
+"""How long joining a Dask scheduler may take, handshake included, before it is bad input."""
+
+
+def check_scheduler_address(address: str) -> None:
+    """Refuse (exit 2) an address Dask cannot join: a scheme it does not speak, no port."""
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    if scheme not in DASK_SCHEMES:
+        raise ScenarioError(
+            "--scheduler",
+            None,
+            f"{address!r}: unknown scheme {scheme!r}; a Dask scheduler address is "
+            f"{' or '.join(s + '://' for s in DASK_SCHEMES)}HOST:PORT, e.g. tcp://10.0.0.5:8786",
+        )
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ScenarioError(
+            "--scheduler",
+            None,
+            f"{address!r} is not HOST:PORT with a port in 1-65535 (e.g. tcp://10.0.0.5:8786)",
+        )
+
+
+def connect_scheduler(address: str, timeout_s: float | None = None) -> Any:
+    """A Dask client joined to the scheduler at `address`, or a ScenarioError naming it.
+
+    Dask's own timeout covers the connect but not the handshake, so a port that speaks another
+    protocol (an HTTP server waits for a request forever) would hang the sweep: the client is
+    made in a daemon thread that is abandoned after `timeout_s`. A peer that answers junk makes
+    Dask raise whatever its decoder hits (a ValueError, a MemoryError for a frame of exabytes)."""
+    import threading
+
+    from distributed import Client
+
+    check_scheduler_address(address)
+    timeout_s = SCHEDULER_TIMEOUT_S if timeout_s is None else timeout_s
+    box: dict[str, Any] = {}
+
+    def join() -> None:
+        try:
+            box["client"] = Client(address, timeout=timeout_s)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=join, name="dask-connect", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 1)
+    if "client" in box:
+        return box["client"]
+    error = box.get("error")
+    why = (
+        f"no answer within {timeout_s:g} s"
+        if error is None
+        else f"{type(error).__name__}: {str(error)[:200]}"
+    )
+    raise ScenarioError(
+        "--scheduler",
+        None,
+        f"cannot join a Dask scheduler at {address} ({why}); is `dask scheduler` running there, "
+        "and is it a Dask port?",
+    )
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -210,23 +304,25 @@ def compute(
     """Run the tasks without a finished record in `task_dir`; returns all records, in task order,
     and how many were computed now."""
     workers = workers or os.cpu_count() or 1
-    task_dir.mkdir(parents=True, exist_ok=True)
-    todo = [t for t in tasks if not _finished(task_dir / f"{t.key}.json")]
+    check_task_dir(task_dir, tasks)
+    try:
+        task_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(
+            "--out", None, f"cannot make {task_dir}: {exc.strerror or exc}"
+        ) from None
+    kept = {t.key: _reusable(task_dir / f"{t.key}.json", t) for t in tasks}
+    todo = [t for t in tasks if kept[t.key] is None]
     # A bar on a terminal, a line per finished run on a file (sim.outputs.progress).
     bar = Progress(len(tasks), "runs", "run", initial=len(tasks) - len(todo), enabled=progress)
     with bar, closing(_dispatch(todo, executor, workers, scheduler)) as results:
         for task, record in results:
-            record.update(
-                point=task.point,
-                values=dict(task.values),
-                seed_index=task.seed_index,
-                seed=task.seed,
-                key=task.key,
-            )
+            record.update(_labels(task))
             _write_json(task_dir / f"{task.key}.json", record)
+            kept[task.key] = json.loads(json.dumps(record, default=str))  # as a resume reads it
             failed = " failed" if record.get("error") else ""
             bar.update(f"point {task.point} seed {task.seed_index}{failed}")
-    records = [json.loads((task_dir / f"{t.key}.json").read_text()) for t in tasks]
+    records = [kept[t.key] or {} for t in tasks]
     return records, len(todo)
 
 
@@ -277,7 +373,15 @@ def run_sweep(
     )
     _write_json(work / SWEEP_META, meta)
     if work != out:
-        os.replace(work, out)
+        try:
+            os.replace(work, out)
+        except OSError:
+            raise ScenarioError(
+                "--out",
+                None,
+                f"{out} appeared while the sweep ran (made by another program); every run is "
+                f"kept in {work}: move {out} away and rerun the same command to finish",
+            ) from None
     return SweepOutcome(runs, points, computed, len(tasks) - computed, failed)
 
 
@@ -286,7 +390,28 @@ def finished_runs(task_dir: Path, tasks: list[Task] | None = None) -> int:
     reuses."""
     if tasks is None:
         return sum(_finished(path) for path in task_dir.glob("*.json"))
-    return sum(_finished(task_dir / f"{t.key}.json") for t in tasks)
+    return sum(_reusable(task_dir / f"{t.key}.json", t) is not None for t in tasks)
+
+
+def check_task_dir(task_dir: Path, tasks: list[Task]) -> None:
+    """Refuse, before anything runs, a task folder a write would leave the result directory
+    through (it, or its parent, is a symbolic link) or a task path that is a folder (no file can
+    be written there); exit 2 naming it."""
+    for path in (task_dir.parent, task_dir):
+        if path.is_symlink():
+            raise ScenarioError(
+                str(path), None, "is a symbolic link; runs are never written through one"
+            )
+        if path.exists() and not path.is_dir():
+            raise ScenarioError(str(path), None, "is not a folder")
+    if not task_dir.is_dir():
+        return
+    for task in tasks:
+        path = task_dir / f"{task.key}.json"
+        if path.is_dir() and not path.is_symlink():
+            raise ScenarioError(
+                str(path), None, "is a folder where a finished run's file goes; remove it"
+            )
 
 
 def staging_dir(out: Path) -> Path:
@@ -305,18 +430,67 @@ def grid_of(tasks: list[Task]) -> dict[str, list[Any]]:
     return grid
 
 
-def _finished(path: Path) -> bool:
-    """A task file holding a finished run; anything else (missing, junk, a failure) is run
-    again and the file rewritten, so a damaged sweep directory resumes instead of crashing."""
+def _load_record(path: Path) -> Any:
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
+        return json.loads(read_text_bounded(path))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _finished(path: Path) -> bool:
+    """A task file holding a finished run (the shape only; `_reusable` checks it against its
+    task)."""
+    record = _load_record(path)
     return (
         isinstance(record, dict)
         and record.get("error") is None
         and isinstance(record.get("summary"), dict)
         and {"point", "values", "seed"} <= record.keys()
+    )
+
+
+def _reusable(path: Path, task: Task) -> dict[str, Any] | None:
+    """The record saved for `task`, if it is one a resume may trust: the run of this task (its
+    key, point, values and seeds, as written) with a summary holding every key the
+    model reports and only numbers in it. Anything else (missing, junk, a failure, a file
+    copied under another task's name, a summary cut short or with strings in it) is None: the
+    task runs again and the file is rewritten."""
+    record = _load_record(path)
+    if not isinstance(record, dict):
+        return None
+    labels = json.loads(json.dumps(_labels(task), default=str))
+    if any(record.get(name) != value for name, value in labels.items()):
+        return None
+    if not isinstance(record.get("loop_lengths"), list):
+        return None
+    if record.get("error") is None and _valid_summary(record.get("summary"), task):
+        return record
+    return None
+
+
+def _labels(task: Task) -> dict[str, Any]:
+    return {
+        "point": task.point,
+        "values": dict(task.values),
+        "seed_index": task.seed_index,
+        "seed": task.seed,
+        "key": task.key,
+    }
+
+
+def _valid_summary(summary: Any, task: Task) -> bool:
+    """Every key a run of the task's model reports, each a number or null, and nothing else."""
+    from sim.outputs.metrics import is_summary_key, summary_keys
+
+    if not isinstance(summary, dict):
+        return False
+    model = task.doc.get("model") or {}
+    pools = [name for name in POOL_KINDS if isinstance(model.get(name), dict)]
+    if not summary_keys(pools) <= summary.keys() or not all(map(is_summary_key, summary)):
+        return False
+    return all(
+        value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+        for value in summary.values()
     )
 
 

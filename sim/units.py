@@ -142,6 +142,7 @@ PARAM_HINTS = (
     ("bytes_per_token", "bytes per token"),
     ("state_bytes", "bytes"),
     ("_tokens", "tokens"),
+    ("_attempts", "re-issues per request"),
 )
 """What a bad value of a key with these endings should have been, for error messages."""
 

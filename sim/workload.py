@@ -26,6 +26,7 @@ from pydantic import Field
 
 from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.registry import Registry
+from sim.safe_io import UnreadableFile, open_regular
 from sim.spec import (
     KeyedError,
     NonNegFloat,
@@ -311,9 +312,9 @@ def iter_trace(path: Path, block_tokens: int) -> Iterator[tuple[int, TraceRecord
     """
     with ExitStack() as stack:
         try:
-            raw = stack.enter_context(path.open("rb"))
+            raw = stack.enter_context(open_regular(path))
             compressed = path.suffix == ".gz" or raw.peek(2)[:2] == GZIP_MAGIC
-        except OSError as exc:
+        except (OSError, UnreadableFile) as exc:
             raise ScenarioError(str(path), "workload.path", f"cannot read trace: {exc}") from None
         handle: gzip.GzipFile | io.BufferedReader = (
             stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")) if compressed else raw
@@ -321,6 +322,15 @@ def iter_trace(path: Path, block_tokens: int) -> Iterator[tuple[int, TraceRecord
         yield from _records(_lines(handle, compressed, str(path)), block_tokens, str(path))
 
 
+MAX_TRACE_LINES = MAX_REQUESTS
+"""One request a line: a trace of more lines than a workload may hold requests is not replayed."""
+MAX_BLANK_LINES = 1_000_000
+"""Blank lines are skipped, but each costs a read: a gzip file of newlines (10 GiB in 10 MB)
+must end in seconds, not minutes."""
+MAX_TRACE_BYTES = 16 * 2**30
+"""Decompressed bytes a trace may hold (about 50 million Mooncake lines)."""
+MAX_TRACE_FILE_BYTES = MAX_TRACE_BYTES
+"""The file itself, compressed or not."""
 MAX_LINE_BYTES = 4 * 2**20
 """A trace line longer than this is bad input: a request of MAX_REQUEST_TOKENS has at most
 32,768 hash ids, well under it, and a file without newlines must not grow memory unbounded."""
@@ -331,7 +341,7 @@ def _lines(
 ) -> Iterator[tuple[int, bytes]]:
     """Numbered raw lines, each read with a bound; a read or decompression failure names the
     line it stopped at."""
-    line_no = 0
+    line_no = blank = read = 0
     while True:
         try:
             raw = handle.readline(MAX_LINE_BYTES + 1)
@@ -341,6 +351,17 @@ def _lines(
         if not raw:
             return
         line_no += 1
+        read += len(raw)
+        blank += not raw.strip()
+        if line_no > MAX_TRACE_LINES or blank > MAX_BLANK_LINES or read > MAX_TRACE_BYTES:
+            what = "decompressed " if compressed else ""
+            raise ScenarioError(
+                source,
+                f"line {line_no}",
+                f"the trace is over its bounds ({MAX_TRACE_LINES:,} lines, {MAX_BLANK_LINES:,} "
+                f"of them blank, {MAX_TRACE_BYTES:,} {what}bytes): no replayable trace is this "
+                "large; cut it into parts",
+            )
         if len(raw) > MAX_LINE_BYTES:
             raise ScenarioError(
                 source,
@@ -399,7 +420,9 @@ def _trace_record(obj: object, block_tokens: int, source: str, where: str) -> Tr
     if ids and (max(ids) + 1) * block_tokens >= MAX_TRACE_TOKEN_KEY:
         limit = MAX_TRACE_TOKEN_KEY // block_tokens - 1
         raise ScenarioError(
-            source, f"{where}: hash_ids", f"ids must be below {limit} (2**62 / block_tokens)"
+            source,
+            f"{where}: hash_ids",
+            f"ids must be below {limit} (2**62 / block_tokens - 1)",
         )
     expected = -(-inp // block_tokens)
     if len(ids) != expected:

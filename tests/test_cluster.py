@@ -76,7 +76,9 @@ def trace(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return synthetic_trace(tmp_path / "trace.jsonl", request.param)
 
 
-@pytest.mark.parametrize("policy", ["round_robin", "random", "cache_aware", "prefix_hash"])
+@pytest.mark.parametrize(
+    "policy", ["round_robin", "random", "cache_aware", "prefix_hash", "dynamo_kv", "llm_d"]
+)
 def test_an_unbounded_cluster_restores_the_trace_ceiling(trace: Path, policy: str) -> None:
     doc = small_device_doc(trace)
     doc["device"]["kv_pages"] = 10**7
@@ -86,7 +88,11 @@ def test_an_unbounded_cluster_restores_the_trace_ceiling(trace: Path, policy: st
     assert (req["outcome"] == "finished").all()
     restored = (req["device_hit_tokens"] + req["l3_loaded_tokens"]) // PAGE
     np.testing.assert_array_equal(restored.to_numpy(), np.array(ceiling_pages(trace)))
-    assert req["instance"].nunique() > 1
+    if policy != "llm_d":
+        # llm_d may keep every request on one server here: with an unbounded device every
+        # KV-utilization score is 1, and a strictly longest prefix (weight 2) outweighs the
+        # queue scorer (weight 1), as the model documents.
+        assert req["instance"].nunique() > 1
     if policy == "round_robin":
         assert result.summary["cross_instance_l3_hit_pages"] > 0, "reuse across servers"
 

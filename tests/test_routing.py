@@ -4,11 +4,26 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from sim.routing import ROUTERS, CacheAware, CacheAwareSpec, PrefixTree, Router
+from sim.routing import (
+    ROUTERS,
+    CacheAware,
+    CacheAwareSpec,
+    CacheView,
+    DynamoKvSpec,
+    LlmDSpec,
+    PrefixTree,
+    Router,
+    Signals,
+    dynamo_cost,
+    llm_d_scores,
+    observe,
+    softmax_pick,
+)
 from sim.scenario import ScenarioError
 from sim.workload import Request
 from tests.conftest import make_scenario
@@ -177,3 +192,163 @@ def test_power_of_two_polls_loads_as_often_as_the_gateway_s_python_launcher() ->
     loads[1].load_tokens = 1000
     assert r.route(request(chain(1, 4)), loads, 9.9) == 1
     assert r.route(request(chain(1, 4)), loads, 10.0) == 0
+
+
+# ---------------------------------------------------------------- KV-event routers
+
+
+@dataclass
+class Cached:
+    """A server as the KV-event routers read it: its tree's match, its queue and its KV use."""
+
+    device_pages: int = 0
+    host_pages: int = 0
+    waiting_prompts: tuple[int, ...] = ()
+    held_pages: int = 0
+    load_tokens: int = 0
+    storage_pages: int = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.waiting_prompts)
+
+    @property
+    def waiting(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(req=SimpleNamespace(prompt_tokens=t)) for t in self.waiting_prompts]
+
+    @property
+    def running(self) -> dict[int, SimpleNamespace]:
+        return {}
+
+    @property
+    def tree(self) -> SimpleNamespace:
+        def match(prompt: list[int]) -> SimpleNamespace:
+            return SimpleNamespace(
+                device_pages=min(self.device_pages, len(prompt)),
+                host_pages=min(max(self.host_pages, self.device_pages), len(prompt)),
+            )
+
+        return SimpleNamespace(
+            match=match, kv=SimpleNamespace(used=0, reserved=self.held_pages, capacity=100)
+        )
+
+    @property
+    def storage(self) -> SimpleNamespace:
+        run = self.storage_pages
+        return SimpleNamespace(kv=SimpleNamespace(leading_run=lambda p, now: min(run, len(p))))
+
+
+def test_dynamo_cost_is_prefill_blocks_after_tier_credits_plus_decode_blocks() -> None:
+    """selector/default.rs `worker_logit`, by hand: 10-page prompt (640 tokens), 3 device
+    pages, the host 2 further, the shared storage 4 beyond those; 128 active prefill tokens
+    and 5 pages of active prompts."""
+    spec = DynamoKvSpec()
+    view = CacheView(device_pages=3, host_pages=5, storage_pages=9)
+    load = Signals(load_tokens=5 * PAGE, prefill_tokens=2 * PAGE)
+    credit = 1.0 * 3 + 0.75 * 2 + 0.5 * 4
+    prefill = (2 * PAGE + 10 * PAGE) / PAGE
+    assert dynamo_cost(spec, 10 * PAGE, 10, PAGE, view, load) == pytest.approx(
+        1.0 * (prefill - credit) + 5 + 10
+    )
+    # Credits beyond the prefill blocks leave no negative prefill cost.
+    flooded = CacheView(device_pages=10, host_pages=10, storage_pages=10)
+    scaled = DynamoKvSpec(prefill_load_scale=2.0)
+    assert dynamo_cost(scaled, 10 * PAGE, 10, PAGE, flooded, Signals()) == 10
+
+
+def test_dynamo_at_temperature_zero_picks_the_cheapest_worker() -> None:
+    r = router("dynamo_kv", 3)
+    prompt = request(chain(1, 10))
+    # Server 2 holds most of the prompt but has a deep queue of prefill: server 0 is cheapest.
+    servers = [
+        Cached(device_pages=4),
+        Cached(device_pages=0),
+        Cached(device_pages=10, waiting_prompts=(40 * PAGE,), load_tokens=40 * PAGE),
+    ]
+    views = [CacheView(4), CacheView(0), CacheView(10)]
+    costs = [
+        dynamo_cost(DynamoKvSpec(), 10 * PAGE, 10, PAGE, v, observe(s))
+        for v, s in zip(views, servers, strict=True)
+    ]
+    assert costs.index(min(costs)) == 0 and len(set(costs)) == 3
+    assert all(r.route(prompt, servers, 0.0) == 0 for _ in range(20))
+
+
+def test_dynamo_softmax_draws_each_worker_with_its_normalised_weight() -> None:
+    rng = np.random.default_rng(3)
+    costs = [10.0, 12.0, 20.0]
+    picks = Counter(softmax_pick(costs, 0.5, rng) for _ in range(20000))
+    weights = np.exp(-(np.array(costs) - 10.0) / (10.0 * 0.5))
+    expected = weights / weights.sum() * 20000
+    assert all(abs(picks[i] - expected[i]) < 0.05 * 20000 for i in range(3))
+    assert softmax_pick([5.0, 5.0], 0.0, rng) in (0, 1)
+
+
+def test_llm_d_scores_are_the_weighted_scorers_by_hand() -> None:
+    """Prefix: min-max over the servers holding any (6 -> 1, 2 -> 0, none -> 0); queue:
+    min-max, shortest 1; KV: 1 - usage; weights 2 : 1 : 1."""
+    loads = [
+        Signals(waiting=4, kv_usage=0.5),
+        Signals(waiting=0, kv_usage=0.1),
+        Signals(waiting=2, kv_usage=0.0),
+    ]
+    scores = llm_d_scores(LlmDSpec(), [6, 2, 0], loads)
+    assert scores == pytest.approx([2 * 1 + 0.5 + 0, 2 * 0 + 0.9 + 1, 0 + 1.0 + 0.5])
+    r = router("llm_d", 3)
+    servers = [
+        Cached(device_pages=6, waiting_prompts=(1,) * 4, held_pages=50),
+        Cached(device_pages=2, held_pages=10),
+        Cached(waiting_prompts=(1, 1)),
+    ]
+    assert r.route(request(chain(1, 8)), servers, 0.0) == 0
+
+
+def test_llm_d_reads_queue_and_kv_metrics_only_at_each_refresh() -> None:
+    r = router("llm_d", 2, metrics_refresh_interval_s=1.0)
+    servers = [Cached(waiting_prompts=(1,) * 3), Cached()]
+    assert r.route(request(chain(1, 4)), servers, 0.0) == 1
+    servers[1].waiting_prompts = (1,) * 9  # scraped at the next refresh, at 1 s
+    assert r.route(request(chain(2, 4)), servers, 0.9) == 1
+    assert r.route(request(chain(3, 4)), servers, 1.0) == 0
+
+
+def test_a_stale_router_decides_on_the_loads_of_the_last_routing_that_old() -> None:
+    """cache_aware's imbalance rule on loads 5 s old: before any routing that old the servers
+    look idle; the loads of the routing at 0 s are seen at 5.5 s, those of 1 s at 6 s."""
+    r = router("cache_aware", 2, balance_abs_threshold=1, signal_delay_s=5.0)
+    assert r.route(request(chain(1, 4)), [Load(100), Load(0)], 0.0) == 0  # idle view
+    assert r.route(request(chain(2, 4)), [Load(0), Load(100)], 1.0) == 0
+    assert r.route(request(chain(3, 4)), [Load(0), Load(100)], 5.5) == 1  # sees 0 s
+    assert r.route(request(chain(4, 4)), [Load(0), Load(100)], 6.0) == 0  # sees 1 s
+    fresh = router("cache_aware", 2, balance_abs_threshold=1)
+    assert fresh.route(request(chain(1, 4)), [Load(100), Load(0)], 0.0) == 1
+    assert fresh.route(request(chain(3, 4)), [Load(0), Load(100)], 5.5) == 0
+
+
+@pytest.mark.parametrize("policy", ["dynamo_kv", "llm_d"])
+def test_kv_event_routers_see_a_routed_prefix_only_after_the_event_lag(policy: str) -> None:
+    """Both servers' caches hold the prompt, but the router knows server 1 holds it only once
+    the store events of its routing there, `signal_delay_s` later, have come."""
+    r = router(policy, 2, signal_delay_s=1.0)
+    prompt = chain(1, 10)
+    servers = [Cached(), Cached(device_pages=10)]
+    first = r.route(request(prompt), servers, 0.0)
+    assert first in (0, 1)  # neither cache known yet: a tie on load
+    servers[first].device_pages = 10
+    servers[1 - first].device_pages = 0
+    picks = {r.route(request(prompt), servers, 0.5 + i / 100) for i in range(20)}
+    assert picks == {0, 1}, "within the lag the routed prefix is not seen"
+    assert r.route(request(prompt), servers, 1.0) == first
+
+
+@pytest.mark.parametrize("policy", ["dynamo_kv", "llm_d"])
+def test_kv_events_report_a_routed_request_s_output_pages_too(policy: str) -> None:
+    """The server stores a request's output in its tree as well, so a follow-up turn, whose
+    prompt holds the earlier output, is seen whole once the lag has passed."""
+    r = router(policy, 2, signal_delay_s=1.0)
+    turn = Request(0, 0.0, 4 * PAGE, 2 * PAGE, chain(1, 6), 4)
+    chosen = r.route(turn, [Cached(), Cached()], 0.0)
+    events = r.router.events  # type: ignore[attr-defined]
+    assert events.visible(chosen, [*chain(1, 6), 7], 0.5) == 0
+    assert events.visible(chosen, [*chain(1, 6), 7], 1.0) == 6
+    assert events.visible(1 - chosen, chain(1, 6), 9.0) == 0

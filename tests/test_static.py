@@ -15,12 +15,12 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_check_is_clean() -> None:
-    result = _run("ruff", "check", "sim", "tests", "bench")
+    result = _run("ruff", "check", "sim", "tests", "bench", "notebooks")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_ruff_format_is_clean() -> None:
-    result = _run("ruff", "format", "--check", "sim", "tests", "bench")
+    result = _run("ruff", "format", "--check", "sim", "tests", "bench", "notebooks")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -38,6 +38,21 @@ DEBUG_ENV = "HICACHE_DEBUG"
 """Set (or `--debug`): an unexpected error (exit 1) prints its traceback, for bug reports."""
 
 
+def debugging() -> bool:
+    """`--debug` or HICACHE_DEBUG set to anything but empty, 0, false, no or off."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+debug_option = click.option(
+    "--debug",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, param, value: os.environ.__setitem__(DEBUG_ENV, "1") if value else None,
+    help=f"Print the traceback behind an unexpected error (also {DEBUG_ENV}=1).",
+)
+
+
 def bad_input(fn: F) -> F:
     """Map ScenarioError to exit 2 and other failures to exit 1, without a traceback."""
 
@@ -58,7 +73,7 @@ def bad_input(fn: F) -> F:
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:
-            if os.environ.get(DEBUG_ENV):
+            if debugging():
                 traceback.print_exc()
             else:
                 hint = f" (rerun with --debug or {DEBUG_ENV}=1 for the traceback)"
@@ -158,6 +173,16 @@ UNREADABLE = (
     pd.errors.EmptyDataError,
 )
 """What a parser raises for a file that is not what its name says."""
+
+
+def drawn(plot: Callable[[Path], list[Path]], directory: Path) -> list[Path]:
+    """The plots of a result directory that is already complete: a figure that cannot be
+    drawn is a warning, never a reason to fail a command whose runs are written."""
+    try:
+        return plot(directory)
+    except Exception as exc:
+        click.echo(f"warning: plots not drawn ({type(exc).__name__}: {exc})", err=True)
+        return []
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from sim.cli.app import (
     RESULTS_ROOT,
     bad_input,
     cli,
+    debug_option,
     force_option,
     load,
     out_option,
@@ -51,6 +53,7 @@ from sim.variants import Variant, VariantSet
     is_flag=True,
     help="Also record every storage access (storage_trace.parquet, for export-trace).",
 )
+@debug_option
 @bad_input
 def run_cmd(
     scenario: str,
@@ -142,6 +145,19 @@ def compare_cmd(
     )
     click.echo(format_table(comparison.table, found.column))
     click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
+    _warn_if_identical(comparison.table, found.column)
+
+
+def _warn_if_identical(table: pd.DataFrame, column: str) -> None:
+    """Variants whose runs are identical (wall clock aside) usually set a key this scenario
+    never exercises (a retry interval with retries off, a pool's faults with no traffic)."""
+    results = table.drop(columns=[column, "wall_s"], errors="ignore")
+    if len(results) > 1 and results.astype(str).nunique().le(1).all():
+        click.echo(
+            f"warning: every variant gave identical results: {column} changes nothing this "
+            "scenario exercises (check the key, and that the scenario reaches it)",
+            err=True,
+        )
 
 
 def _load_variant(
@@ -176,6 +192,10 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     path = sc.trace_path()
     requests = trace_requests(sc)
     extra = f", trace {path} ({requests} requests)" if path is not None else ""
+    if sc.sweep is not None:
+        from sim.sweep import plan
+
+        extra += f", sweep of {len(plan(sc, scenario)):,} runs"
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
     _print_sources(sc)
     _print_sizes(sc)

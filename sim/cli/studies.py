@@ -13,12 +13,14 @@ from sim.cli.app import (
     RESULTS_ROOT,
     bad_input,
     cli,
+    drawn,
     load,
     out_option,
     set_option,
     warn_sizes,
 )
-from sim.results.directories import check_sweep_out, only_writer
+from sim.outputs.files import replace_file
+from sim.results.directories import check_capacity_out, check_sweep_out, only_writer
 from sim.results.layout import CONFIG, TASKS
 from sim.scenario import (
     ScenarioError,
@@ -58,8 +60,21 @@ def sweep_cmd(
     from sim.outputs.plot import plot_sweep
     from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
-    from sim.sweep import finished_runs, plan, run_sweep, staging_dir
+    from sim.sweep import (
+        check_scheduler_address,
+        connect_scheduler,
+        finished_runs,
+        plan,
+        run_sweep,
+        staging_dir,
+    )
 
+    if scheduler is not None and executor != "dask":
+        raise ScenarioError(
+            "--scheduler", None, f"applies only to --executor dask (the executor is {executor})"
+        )
+    if scheduler is not None:
+        check_scheduler_address(scheduler)
     sc = load(scenario, overrides, scan_trace=False)
     warn_sizes(sc)
     tasks = plan(sc, scenario, seeds)
@@ -71,7 +86,9 @@ def sweep_cmd(
         "target": sc.sweep.target if sc.sweep else None,
         **meta(0.0, sc.seed),
     }
-    check_sweep_out(target, sc.name)
+    check_sweep_out(target, sc.name, {task.key for task in tasks})
+    if scheduler is not None:
+        connect_scheduler(scheduler).close()
     click.echo(f"{len(tasks)} runs into {target}", err=True)
     try:
         with only_writer(target):
@@ -92,8 +109,10 @@ def sweep_cmd(
             err=True,
         )
         sys.exit(130)
-    (target / CONFIG).write_text(resolved_yaml(sc))
-    for path in plot_sweep(target):
+    # The deployment swept, for the report's deployment card (replaced, never written through).
+    config = resolved_yaml(sc)
+    replace_file(target / CONFIG, lambda tmp: tmp.write_text(config))
+    for path in drawn(plot_sweep, target):
         click.echo(f"wrote {path}")
     click.echo(
         f"{len(tasks)} runs ({outcome.computed} computed, {outcome.reused} reused) -> {target}"
@@ -156,6 +175,11 @@ def _resume_command(
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @out_option
 @set_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing --out that is not a capacity search of this scenario.",
+)
 @bad_input
 def capacity_cmd(
     scenario: str,
@@ -170,6 +194,7 @@ def capacity_cmd(
     workers: int | None,
     out: Path | None,
     overrides: tuple[str, ...],
+    force: bool,
 ) -> None:
     """Smallest value of --param that meets --target with 95 % confidence across seeds.
 
@@ -191,21 +216,23 @@ def capacity_cmd(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
     search.given = question.given
-    try:
-        if values is not None:
-            answer = search.scan(question.numbers)
-        else:
-            low, high = question.numbers
-            answer = search.bisect(low, high, tolerance)
-    except KeyboardInterrupt:
-        finished = finished_runs(target_dir / TASKS)
-        click.echo(
-            f"interrupted after {finished} finished runs; they are kept in "
-            f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
-            err=True,
-        )
-        sys.exit(130)
-    search.save(answer)
+    check_capacity_out(target_dir, sc.name, force)  # after every check: --force may replace it
+    with only_writer(target_dir):
+        try:
+            if values is not None:
+                answer = search.scan(question.numbers)
+            else:
+                low, high = question.numbers
+                answer = search.bisect(low, high, tolerance)
+        except KeyboardInterrupt:
+            finished = finished_runs(target_dir / TASKS)
+            click.echo(
+                f"interrupted after {finished} finished runs; they are kept in "
+                f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
+                err=True,
+            )
+            sys.exit(130)
+        search.save(answer)
     if search.reference is not None:
         click.echo(search.reference.describe(search))
     for ev in answer.evaluations:
@@ -215,7 +242,7 @@ def capacity_cmd(
             f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
     click.echo(answer.describe(search.given))
-    for path in plot_capacity(target_dir):
+    for path in drawn(plot_capacity, target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
 

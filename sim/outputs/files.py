@@ -41,6 +41,12 @@ def read_table(path: Path) -> pd.DataFrame:
     """A result directory's Parquet table. pyarrow answers a file that is not Parquet with an
     OSError (the magic bytes around no footer) or a ValueError (ArrowInvalid); either is
     UnreadableTable, while a missing file or a folder stays what it is."""
+    from sim.safe_io import check_regular
+
+    try:
+        check_regular(path)
+    except ValueError as exc:
+        raise UnreadableTable(str(exc)) from None
     try:
         return pd.read_parquet(path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):

@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from sim.outputs.files import read_table, replace_file
@@ -416,10 +417,16 @@ def plot_directory(directory: Path) -> list[Path]:
 
 
 def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
-    return [
-        replace_file(directory / f"{stem}.{kind}", partial(fig.savefig, dpi=110, format=kind))
-        for kind in ("png", "svg")
-    ]
+    """Every text drawn as it is written: labels come from scenario names, variant labels and
+    swept keys, and matplotlib would read a `$...$` in them as mathtext (which raises on an
+    unknown command)."""
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+    with rc_context({"text.parse_math": False}):
+        return [
+            replace_file(directory / f"{stem}.{kind}", partial(fig.savefig, dpi=110, format=kind))
+            for kind in ("png", "svg")
+        ]
 
 
 def _short(value: float) -> str:

@@ -5,6 +5,7 @@ plot): what `hicache-sim compare` does, as a library call."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -83,4 +84,7 @@ def write_comparison(
     (directory / VARIANTS).write_text(json.dumps(listing, indent=2) + "\n")
     for name, result in zip(dirs, comparison.runs.values(), strict=True):
         write_run(result, directory / name)
-    plot_comparison(directory, comparison.column)
+    try:
+        plot_comparison(directory, comparison.column)
+    except Exception as exc:  # finished runs are never lost to a figure
+        print(f"warning: comparison plot not drawn ({type(exc).__name__}: {exc})", file=sys.stderr)

@@ -5,6 +5,7 @@ on its directory while it writes."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -15,7 +16,18 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sim.results.layout import SWEEP_META
+from sim.results.layout import (
+    CAPACITY,
+    COMPARISON,
+    CONFIG,
+    EVALUATIONS,
+    RUNS,
+    SUMMARY,
+    SWEEP_META,
+    TASKS,
+    VARIANTS,
+)
+from sim.safe_io import read_text_bounded
 from sim.spec import ScenarioError
 
 
@@ -35,9 +47,12 @@ MARKER = ".hicache-sim"
 directory, so it can never delete a user's own folder."""
 
 
+MARKER_TEXT = "a result directory written by hicache-sim\n"
+
+
 def mark(directory: Path) -> None:
     """Mark a directory as a result directory of this tool (replaceable with `--force`)."""
-    (directory / MARKER).write_text("a result directory written by hicache-sim\n")
+    (directory / MARKER).write_text(MARKER_TEXT)
 
 
 def check_replaceable(target: Path) -> None:
@@ -97,9 +112,18 @@ def write_atomically(target: Path, fill: Callable[[Path], None], force: bool = F
     if target.is_symlink():
         check_replaceable(target)
     target = target.resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    with only_writer(target):
+        return _write_staged(target, fill, force)
+
+
+def _write_staged(target: Path, fill: Callable[[Path], None], force: bool) -> Path:
     remove_stale_staging(target.parent)
-    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent))
+    except OSError as exc:
+        raise ScenarioError(
+            "--out", None, f"cannot write in {target.parent}: {exc.strerror}"
+        ) from None
     (staging / STAGING_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
     try:
         fill(staging / "out")
@@ -138,12 +162,32 @@ def refuse_existing(out: Path | None, force: bool) -> None:
     check_replaceable(out)
 
 
-def check_sweep_out(target: Path, name: str) -> None:
+def check_sweep_out(target: Path, name: str, planned: set[str] | None = None) -> None:
     """A sweep extends or resumes only a sweep directory of the same scenario; it never mixes
-    its tables into another scenario's sweep, a run directory or a folder of the user's."""
+    its tables into another scenario's sweep, a run directory or a folder of the user's, never
+    writes through a symbolic link planted at its hidden `.<out>.partial` or at `tasks/`, and
+    never drops the runs of a finished sweep: its new plan (`planned`, the task keys) must hold
+    every run the directory's runs.parquet has."""
     check_path("--out", target)
     if target.is_symlink():
         raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
+    staging = target.with_name(f".{target.name}.partial")
+    if len(staging.name.encode("utf-8", "surrogateescape")) > 255:
+        raise ScenarioError(
+            "--out",
+            None,
+            "a sweep's folder name is at most 246 bytes (it is built in a hidden "
+            f"'.NAME.partial' beside it, and a name is at most 255 bytes): {target.name[:40]}...",
+        )
+    for directory in (staging, target):
+        for path in (directory, directory / TASKS):
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                raise ScenarioError(
+                    "--out",
+                    None,
+                    f"{path} is a symbolic link or not a folder, and a sweep into {target} "
+                    "writes there; remove it or choose another --out",
+                )
     if not target.exists():
         return
     meta_path = target / SWEEP_META
@@ -161,20 +205,121 @@ def check_sweep_out(target: Path, name: str) -> None:
             None,
             f"{target} holds a sweep of scenario {other!r}, not {name!r}; choose another --out",
         )
+    dropped = _finished_keys(target) - planned if planned is not None else set()
+    if dropped:
+        raise ScenarioError(
+            "--out",
+            None,
+            f"{target} holds a finished sweep with {len(dropped):,} runs this sweep does not "
+            "plan (another grid, --set, --seeds or scenario file); rerunning into it would "
+            "replace its tables: choose another --out, or rerun the command that made it",
+        )
+
+
+def _finished_keys(target: Path) -> set[str]:
+    """The task keys of a finished sweep's runs.parquet (none when it is missing or damaged:
+    the tables are rebuilt from tasks/ then, which loses nothing)."""
+    from sim.outputs.files import read_table
+
+    try:
+        keys = read_table(target / RUNS)["key"]
+    except (OSError, ValueError, KeyError):
+        return set()
+    return {key for key in keys if isinstance(key, str)}
+
+
+OTHER_KINDS = (SUMMARY, SWEEP_META, COMPARISON, VARIANTS)
+"""Files that make a directory a run, a sweep or a comparison (never a capacity search)."""
+
+
+def check_capacity_out(target: Path, name: str, force: bool) -> None:
+    """A capacity search resumes into an existing `--out` only if it is a capacity directory
+    of the same scenario (what an interrupted search leaves holds only `tasks/`); anything
+    else needs `--force`, which replaces only a result directory of this tool (never a folder
+    of the user's, a symbolic link, the working directory or a parent of it)."""
+    check_path("--out", target)
+    if target.is_symlink():
+        raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
+    if not target.exists():
+        return
+    why = _not_capacity_of(target, name)
+    if why is None:
+        return
+    if not force:
+        raise ScenarioError(
+            "--out",
+            None,
+            f"{target} exists and {why}; choose another --out (or --force to replace a result "
+            "directory of hicache-sim)",
+        )
+    try:
+        check_replaceable(target)
+    except FileExistsError as exc:
+        raise ScenarioError("--out", None, str(exc)) from None
+    shutil.rmtree(target)
+
+
+def _not_capacity_of(target: Path, name: str) -> str | None:
+    """Why `target` is not a capacity directory of scenario `name` (None: it is one): one holds
+    capacity.json of that scenario, or, interrupted before its answer, only `tasks/`."""
+    if not target.is_dir():
+        return "is not a folder"
+    other = next((kind for kind in OTHER_KINDS if (target / kind).exists()), None)
+    if other is not None:
+        return f"is not a capacity directory (it holds {other})"
+    if (target / CAPACITY).is_file() and not (target / CAPACITY).is_symlink():
+        try:
+            scenario = json.loads(read_text_bounded(target / CAPACITY)).get("scenario")
+        except (OSError, ValueError, AttributeError):
+            return "holds an unreadable capacity.json"
+        if scenario != name:
+            return f"holds a capacity search of scenario {scenario!r}, not {name!r}"
+        return None
+    if (target / CAPACITY).is_symlink():
+        return f"holds a symbolic link at {CAPACITY}"
+    strange = [p.name for p in target.iterdir() if not _capacity_entry(p.name)]
+    if strange or not (target / TASKS).is_dir():
+        return "is not a capacity directory" + (f" (it holds {strange[0]})" if strange else "")
+    return None
+
+
+def _capacity_entry(name: str) -> bool:
+    """A file a capacity search writes: its tables, answer, marker, resolved configuration,
+    plots and report."""
+    return name in (TASKS, MARKER, CAPACITY, EVALUATIONS, CONFIG) or name.endswith(
+        (".png", ".svg", ".html", ".tmp")
+    )
+
+
+def _lock_name(name: str) -> str:
+    """`.<name>.lock`, or a digest of the name where that would be over 255 bytes."""
+    lock = f".{name}.lock"
+    if len(lock.encode("utf-8", "surrogateescape")) <= 255:
+        return lock
+    return f".{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}.lock"
 
 
 @contextmanager
 def only_writer(target: Path) -> Iterator[None]:
     """Hold a lock beside the sweep directory while writing it: a second sweep into the same
     `--out` is refused at once instead of duplicating the work and failing at the end."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = target.parent / f".{target.name}.lock"
-    with lock_path.open("w") as lock:
+    lock_path = target.parent / _lock_name(target.name)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("w")
+    except OSError as exc:
+        raise ScenarioError(
+            "--out", None, f"cannot write in {target.parent}: {exc.strerror or exc}"
+        ) from None
+    with handle as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ScenarioError(
-                "--out", None, f"another sweep is writing {target}; wait for it or choose another"
+                "--out",
+                None,
+                f"another sweep is writing {target} (or a capacity search, or a run into it); "
+                "wait for it or choose another --out",
             ) from None
         try:
             yield

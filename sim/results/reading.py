@@ -29,6 +29,7 @@ from sim.results.layout import (
     TIMESERIES,
     VARIANTS,
 )
+from sim.safe_io import check_regular, read_text_bounded
 from sim.spec import ScenarioError
 from sim.stats import parse_target
 
@@ -36,7 +37,7 @@ from sim.stats import parse_target
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object (every JSON file of a result directory is one)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_text_bounded(path))
     except (OSError, ValueError) as exc:
         raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
     if not isinstance(doc, dict):
@@ -46,6 +47,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def read_csv(path: Path) -> pd.DataFrame:
     try:
+        check_regular(path)
         return pd.read_csv(path)
     except (OSError, ValueError) as exc:
         raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
@@ -63,10 +65,10 @@ def read_config(run_dir: Path) -> tuple[str | None, dict[str, Any]]:
     path = run_dir / CONFIG
     if not path.is_file():
         return None, {}
-    text = path.read_text(encoding="utf-8")
     try:
+        text = read_text_bounded(path)
         doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, OSError, ValueError) as exc:
         raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
     return text, doc if isinstance(doc, dict) else {}
 
@@ -179,7 +181,7 @@ def task_records(directory: Path) -> list[dict[str, Any]]:
     records = []
     for path in sorted((directory / TASKS).glob("*.json")):
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = json.loads(read_text_bounded(path))
         except (OSError, ValueError):
             continue
         if _is_task_record(record):
