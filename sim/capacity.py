@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,14 +25,14 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import pandas as pd
 from pydantic import BaseModel
-from tqdm import tqdm
 
 from sim.deployment.resolve import get
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
 from sim.outputs.metrics import is_summary_key, summary_keys
+from sim.outputs.progress import Progress
 from sim.results.directories import MARKER, MARKER_TEXT
-from sim.results.layout import CAPACITY, EVALUATIONS, TASKS
+from sim.results.layout import CAPACITY, CONFIG, EVALUATIONS, TASKS
 from sim.scenario import (
     Scenario,
     ScenarioError,
@@ -66,17 +65,29 @@ class CapacityAnswer:
     largest_failing: float | None
     evaluations: list[Evaluation]
 
-    def describe(self) -> str:
+    def describe(self, given: dict[float, str] | None = None) -> str:
+        """The answer as a sentence; `given` maps values to how the user wrote them ('8GiB'),
+        which is said first, the key's unit beside it."""
         if self.answer is None:
             return f"no value in range meets {self.target} with 95 % confidence"
+        from sim.outputs.answers import quantity_text
+
         best = next(e for e in self.evaluations if e.value == self.answer)
+        gap = None if self.largest_failing is None else self.answer - self.largest_failing
+        shown = quantity_text(self.param, self.answer, gap)
+        written = (given or {}).get(float(self.answer))
+        if written:
+            shown = f"{written} ({shown})"
         line = (
-            f"{self.param} = {param_text(self.param, self.answer)}: "
+            f"{self.param} = {shown}: "
             f"{self.target.split('>')[0].split('<')[0]} mean {best.mean:.4g}, "
             f"95 % CI [{best.ci_low:.4g}, {best.ci_high:.4g}] over {best.n} seeds"
         )
         if self.largest_failing is not None:
-            line += f"; {param_text(self.param, self.largest_failing)} does not meet it"
+            line += (
+                f"; {quantity_text(self.param, self.largest_failing, gap)} does not meet it "
+                f"(resolved to within {quantity_text(self.param, gap, gap)})"
+            )
         return line
 
 
@@ -100,22 +111,70 @@ class CapacitySearch:
         **compute_options: Any,
     ) -> None:
         check_param(scenario, param)
-        self.metric, self.op, self.bound = check_target(scenario, target)
-        self.scenario, self.source, self.param, self.target = scenario, source, param, target
+        self.scenario, self.source, self.param = scenario, source, param
+        self.requested_target = target
+        self.reference: Reference | None = None
+        relative = check_relative(scenario, param, target)
+        self.relative = relative is not None
+        if relative is None:
+            self.metric, self.op, self.bound = check_target(scenario, target)
+            self.target = target
+        else:
+            self.metric, self.op, self.share, self.reference_value = relative
+            self.bound = math.nan
+            self.target = target
         self.seeds, self.out, self.options = seeds, out, compute_options
         self.progress = progress
         self.evaluations: dict[float, Evaluation] = {}
-        self._bar: tqdm[Any] | None = None
+        self._bar: Progress | None = None
+        self.given: dict[float, str] = {}
+        """Values as the user wrote them ('512MiB'), echoed beside the key's own unit."""
 
-    def evaluate(self, value: float) -> Evaluation:
-        if value in self.evaluations:
-            return self.evaluations[value]
+    def shown(self, value: float) -> str:
+        """A value as written and, where that differs, in the key's unit: '512MiB (0.537 GB)'."""
+        own = param_text(self.param, value)
+        given = self.given.get(float(value))
+        return (
+            f"{given} ({own})" if given and given.replace(" ", "") != own.replace(" ", "") else own
+        )
+
+    def resolve_reference(self) -> None:
+        """For a relative target, run the reference point on the same seeds and turn the share
+        into an absolute bound (`l3_loaded_rate>=95%@unbounded` -> 0.95 x its mean there)."""
+        if not self.relative or self.reference is not None:
+            return
+        self.check_value(self.reference_value, "--target")
+        values, errors = self._values(self.reference_value)
+        stats = confidence(values, key=self.metric)
+        if not values or not math.isfinite(stats["mean"]):
+            raise ScenarioError(
+                "--target",
+                None,
+                f"{self.metric} has no value at the reference point "
+                f"{self.param}={_reference_text(self.param, self.reference_value)} "
+                f"({errors} of {self.seeds} runs failed): no bound can be taken from it",
+            )
+        self.bound = self.share * stats["mean"]
+        self.target = f"{self.metric}{self.op}{self.bound:.6g}"
+        self.reference = Reference(
+            self.reference_value, len(values), stats["mean"], stats["ci_low"], stats["ci_high"]
+        )
+        if self._bar is not None:
+            self._bar.update(self.reference.describe(self))
+
+    def _values(self, value: float | None) -> tuple[list[float], int]:
         sweep = SweepSpec(seeds=self.seeds, grid={self.param: [value]})
         tasks = plan(self.scenario.model_copy(update={"sweep": sweep}), self.source)
         records, _ = compute(tasks, self.out / TASKS, progress=False, **self.options)
         summaries = [r["summary"] for r in records if r["error"] is None]
         values = [s[self.metric] for s in summaries if s.get(self.metric) is not None]
-        stats = confidence(values)
+        return values, len(records) - len(summaries)
+
+    def evaluate(self, value: float) -> Evaluation:
+        if value in self.evaluations:
+            return self.evaluations[value]
+        values, errors = self._values(value)
+        stats = confidence(values, key=self.metric)
         meets = bool(values) and (
             stats["ci_low"] >= self.bound if self.op == ">=" else stats["ci_high"] <= self.bound
         )
@@ -126,12 +185,16 @@ class CapacitySearch:
             ci_low=stats["ci_low"],
             ci_high=stats["ci_high"],
             meets=meets,
-            errors=len(records) - len(summaries),
+            errors=errors,
         )
         self.evaluations[value] = evaluation
         if self._bar is not None:
-            self._bar.set_postfix_str(f"{self.param}={param_text(self.param, value)}")
-            self._bar.update(1)
+            verdict = "meets" if meets else "fails"
+            self._bar.update(
+                f"{self.param}={self.shown(value)}: {self.metric} mean "
+                f"{evaluation.mean:.4g} CI [{evaluation.ci_low:.4g}, {evaluation.ci_high:.4g}] "
+                f"n={evaluation.n} {verdict}"
+            )
         return evaluation
 
     def scan(self, values: list[float]) -> CapacityAnswer:
@@ -141,7 +204,8 @@ class CapacitySearch:
         for value in values:
             self.check_value(value, "--values")
         ordered = sorted(set(values))
-        with self._progress(len(ordered)):
+        with self._progress(len(ordered) + self._reference_runs()):
+            self.resolve_reference()
             for value in ordered:
                 self.evaluate(value)
         return self._answer()
@@ -154,7 +218,8 @@ class CapacitySearch:
         integer = isinstance(low, int) and isinstance(high, int)
         step = tolerance if tolerance is not None else (1.0 if integer else (high - low) / 64)
         planned = 2 + max(0, math.ceil(math.log2((high - low) / step)))
-        with self._progress(planned):
+        with self._progress(planned + self._reference_runs()):
+            self.resolve_reference()
             if not self.evaluate(high).meets or self.evaluate(low).meets:
                 return self._answer()
             while high - low > step:
@@ -169,36 +234,25 @@ class CapacitySearch:
                     low = mid
         return self._answer()
 
-    def check_value(self, value: float, option: str) -> None:
+    def _reference_runs(self) -> int:
+        return 1 if self.relative else 0
+
+    def check_value(self, value: float | None, option: str) -> None:
         """Refuse, naming `option`, a value the scenario does not accept for the parameter."""
-        doc = point_document(self.scenario, [(self.param, value)], option)
-        try:
-            build_scenario(doc, option)
-        except ScenarioError as exc:
-            where = "" if exc.key == self.param else f" ({exc.key})"
-            raise ScenarioError(
-                option,
-                None,
-                f"{self.param}={param_text(self.param, value)} is refused by the scenario"
-                f"{where}: {exc.message}",
-            ) from None
+        check_value(self.scenario, self.param, value, option)
 
     @contextmanager
     def _progress(self, planned: int) -> Iterator[None]:
         """One bar for the whole search, in evaluations done of evaluations planned (a bisection
-        an end decides stops early, and the bar closes at what was done); shown only when stderr
-        is a terminal."""
-        disable = None if self.progress else True
-        with tqdm(
-            total=planned, desc="capacity", unit="evaluation", file=sys.stderr, disable=disable
-        ) as bar:
-            self._bar = bar
-            try:
-                yield
-            finally:
-                self._bar = None
-                bar.total = bar.n
-                bar.refresh()
+        an end decides stops early, and the bar closes at what was done); on a stderr that is
+        not a terminal, one line per finished evaluation with an estimate of the time left."""
+        bar = Progress(planned, "capacity", "evaluation", enabled=self.progress)
+        self._bar = bar
+        try:
+            yield
+        finally:
+            self._bar = None
+            bar.close(finished=True)
 
     def _answer(self) -> CapacityAnswer:
         evals = sorted(self.evaluations.values(), key=lambda e: e.value)
@@ -211,11 +265,16 @@ class CapacitySearch:
 
     def save(self, answer: CapacityAnswer) -> None:
         """Each file replaced through a temporary one (never written through a link planted at
-        its path), and the directory marked as this tool's."""
+        its path), and the directory marked as this tool's; the resolved configuration is kept
+        for the report's deployment card."""
+        from sim.outputs.results import resolved_yaml
+
         self.out.mkdir(parents=True, exist_ok=True)
         frame = pd.DataFrame([asdict(e) for e in answer.evaluations])
         replace_file(self.out / EVALUATIONS, lambda tmp: frame.to_csv(tmp, index=False))
         replace_file(self.out / MARKER, lambda tmp: tmp.write_text(MARKER_TEXT))
+        config = resolved_yaml(self.scenario)
+        replace_file(self.out / CONFIG, lambda tmp: tmp.write_text(config))
         replace_file(
             self.out / CAPACITY,
             lambda tmp: tmp.write_text(self._answer_json(answer)),
@@ -229,15 +288,90 @@ class CapacitySearch:
                     "param": answer.param,
                     "unit": param_unit(answer.param),
                     "target": answer.target,
+                    **self._relative(),
                     "seeds": self.seeds,
                     "answer": answer.answer,
                     "largest_failing": answer.largest_failing,
-                    "statement": answer.describe(),
+                    "statement": answer.describe(self.given),
                 },
                 indent=2,
             )
             + "\n"
         )
+
+    def _relative(self) -> dict[str, Any]:
+        """The requested relative target and its reference point, for capacity.json."""
+        if self.reference is None:
+            return {}
+        return {
+            "requested_target": self.requested_target,
+            "reference": asdict(self.reference),
+        }
+
+
+@dataclass
+class Reference:
+    """The reference point of a relative target, evaluated on the search's seeds."""
+
+    value: float | None
+    n: int
+    mean: float
+    ci_low: float
+    ci_high: float
+
+    def describe(self, search: CapacitySearch) -> str:
+        return (
+            f"reference {search.param}={_reference_text(search.param, self.value)}: "
+            f"{search.metric} mean {self.mean:.4g} over {self.n} seeds, so "
+            f"{search.requested_target} is {search.target}"
+        )
+
+
+def _reference_text(param: str, value: float | None) -> str:
+    return "unbounded (null)" if value is None else param_text(param, value)
+
+
+def check_relative(
+    scenario: Scenario, param: str, target: str
+) -> tuple[str, str, float, float | None] | None:
+    """A relative target (`METRIC>=95%@REFERENCE`) checked whole: its metric, its share and
+    the reference value of `param` (`unbounded`, `null` or `none` for null, or a value such as
+    100GB); None for an absolute target."""
+    from sim.stats import parse_relative
+    from sim.units import parse_quantity
+
+    try:
+        relative = parse_relative(target)
+    except ValueError as exc:
+        raise ScenarioError("--target", None, str(exc)) from None
+    if relative is None:
+        return None
+    metric, op, share, reference = relative
+    check_target(scenario, f"{metric}{op}0")
+    value: float | None
+    if reference.lower() in ("unbounded", "null", "none"):
+        value = None
+    else:
+        try:
+            value = parse_quantity(reference, param)
+        except ValueError as exc:
+            raise ScenarioError("--target", None, f"reference point {exc}") from None
+    return metric, op, share, value
+
+
+def check_value(scenario: Scenario, param: str, value: float | None, option: str) -> None:
+    """Refuse, naming `option`, a value the scenario does not accept for the parameter."""
+    doc = point_document(scenario, [(param, value)], option)
+    try:
+        build_scenario(doc, option)
+    except ScenarioError as exc:
+        where = "" if exc.key == param else f" ({exc.key})"
+        raise ScenarioError(
+            option,
+            None,
+            f"{param}={_reference_text(param, value)} is refused by the scenario"
+            f"{where}: {exc.message}",
+        ) from None
 
 
 def check_param(scenario: Scenario, param: str) -> None:

@@ -33,7 +33,7 @@ from sim.deployment.hardware import GPUS
 from sim.deployment.profiles import SGLANG_ERAS, STORAGE_BACKENDS, refusals
 from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
 from sim.documents import apply_override, parse_override, read_document, resolve_paths
-from sim.errors import describe, field_model
+from sim.errors import describe, field_model, mapping
 from sim.heal import RULES
 from sim.model.pools import KV, POOL_KINDS
 from sim.model.prefetch import PREFETCH_POLICIES
@@ -66,6 +66,7 @@ from sim.sections import (
 )
 from sim.sizes import normalize_sizes
 from sim.spec import (
+    COMMAND_LINE_SET,
     KeyedError,
     NonNegFloat,
     NonNegInt,
@@ -416,10 +417,44 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
             scenario._sources = profiled.sources
             scenario._written = written
             return scenario
+    problems = _without_follow_ons(problems, doc)
     if not problems:
         raise ScenarioError(source, None, "invalid scenario")
     (key, message), *more = problems
     raise ScenarioError(source, key, message, more)
+
+
+def _without_follow_ons(
+    problems: list[tuple[str | None, str]], doc: dict[str, Any]
+) -> list[tuple[str | None, str]]:
+    """With an unknown `model.preset`, a size written with a unit ('40GiB') cannot be
+    converted (the model is unknown) and the schema refuses it as not a number: that is the
+    preset's fault, told once, not one more error per size."""
+    preset = mapping(doc.get("model")).get("preset")
+    if not isinstance(preset, str) or preset in MODEL_PRESETS:
+        return problems
+    kept = []
+    for key, message in problems:
+        value = _value_at(doc, key) if key else None
+        if key != "model.preset" and isinstance(value, str) and _is_size_key(key):
+            continue
+        kept.append((key, message))
+    return kept
+
+
+def _is_size_key(key: str | None) -> bool:
+    return bool(key) and (
+        str(key).startswith("device.")
+        or key in ("host.pages", "host.swa_pages")
+        or str(key).endswith(".capacity_gb")
+    )
+
+
+def _value_at(doc: dict[str, Any], key: str) -> Any:
+    node: Any = doc
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def schema_default(key: str) -> Any:
@@ -475,7 +510,41 @@ def load_scenario(
     for key, value in items:
         apply_override(doc, key, value)
     resolve_paths(doc, Path.cwd())
-    return build_scenario(doc, str(path))
+    try:
+        return build_scenario(doc, str(path))
+    except ScenarioError as exc:
+        raise _labelled(exc, [key for key, _ in items], doc) from None
+
+
+def _labelled(exc: ScenarioError, overridden: list[str], doc: dict[str, Any]) -> ScenarioError:
+    """The same problems, each under the input it came from: a key set with `--set` is the
+    command line's (`--set device.kv_pages: ...`), not the file's; and a trace file that is
+    missing is told beside the schema's problems rather than after they are fixed."""
+    problems = []
+    for key, message in exc.problems:
+        if key and any(
+            key == o or key.startswith(f"{o}.") or o.startswith(f"{key}.") for o in overridden
+        ):
+            key = f"{COMMAND_LINE_SET} {key}"
+        problems.append((key, message))
+    trace = _missing_trace(doc)
+    if trace and not any(k and k.endswith("workload.path") for k, _ in problems):
+        problems.append(trace)
+    (key, message), *more = problems
+    return ScenarioError(exc.source, key, message, more)
+
+
+def _missing_trace(doc: dict[str, Any]) -> tuple[str, str] | None:
+    workload = mapping(doc.get("workload"))
+    path = workload.get("path")
+    if not isinstance(path, str):
+        return None
+    try:
+        if Path(path).is_file():
+            return None
+    except OSError:
+        return None
+    return ("workload.path", f"trace file not found: {path}")
 
 
 def check_references(scenario: Scenario, source: str) -> None:

@@ -13,6 +13,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+COMMAND_LINE_SET = "--set"
+"""A problem's key starting with this came from the command line, not from the file."""
+
 
 class ScenarioError(Exception):
     """Bad input: names the file and the key; the CLI maps it to exit code 2.
@@ -40,6 +43,12 @@ class ScenarioError(Exception):
     def _line(self, key: str | None, message: str) -> str:
         if key is None:
             return f"{self.source}: {message}"
+        if key.startswith(f"{COMMAND_LINE_SET} "):
+            # Set on the command line: told as `--set: KEY: ...`, like a malformed --set.
+            return f"{COMMAND_LINE_SET}: {key.removeprefix(COMMAND_LINE_SET + ' ')}: {message}"
+        if key.startswith("--"):
+            # A command-line option among a command's problems: it is its own source.
+            return f"{key}: {message}"
         return f"{self.source}: {key or repr('')}: {message}"
 
 

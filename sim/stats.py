@@ -1,5 +1,13 @@
 """Statistics over seeds: the t confidence interval every figure carries, and the targets
-(`METRIC>=VALUE`) that sweeps draw and capacity searches meet with it."""
+(`METRIC>=VALUE`) that sweeps draw and capacity searches meet with it.
+
+The interval is Student's t over the per-seed values, truncated to the quantity's physical range
+(`metric_range`: counts, bytes, tokens and durations are never negative, a rate lies in [0, 1]).
+A t interval is symmetric and knows nothing of bounds, so with few seeds near a bound it reaches
+past it ("-0.3 loops"); the truncated interval keeps the same coverage for every value the
+quantity can take. A Wilson interval is not used for rates: each seed's rate is one observation
+of a ratio of counts that vary together from seed to seed, not a Bernoulli trial, and pooling
+the counts over seeds would hide that variation."""
 
 from __future__ import annotations
 
@@ -9,10 +17,25 @@ from collections.abc import Iterable
 import numpy as np
 from scipy import stats
 
+SIGNED_METRICS = frozenset({"device_change_tokens"})
+"""Summary keys that may be negative (a change, not an amount)."""
 
-def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]:
-    """Mean, standard deviation, count and a two-sided t interval over seeds (NaN spread and
-    interval for fewer than two values)."""
+
+def metric_range(key: str | None) -> tuple[float, float]:
+    """The values a summary key can take: [0, 1] for a rate, [0, inf) for an amount, anything
+    for a signed key (and for no key)."""
+    if key is None or key in SIGNED_METRICS:
+        return (-math.inf, math.inf)
+    if key.endswith("_rate"):
+        return (0.0, 1.0)
+    return (0.0, math.inf)
+
+
+def confidence(
+    values: Iterable[float], level: float = 0.95, key: str | None = None
+) -> dict[str, float]:
+    """Mean, standard deviation, count and a two-sided t interval over seeds, truncated to the
+    range of summary key `key` (NaN spread and interval for fewer than two values)."""
     arr = np.asarray(list(values), dtype=float)
     n = arr.size
     mean = float(arr.mean()) if n else float("nan")
@@ -22,17 +45,56 @@ def confidence(values: Iterable[float], level: float = 0.95) -> dict[str, float]
         return {"mean": mean, "std": nan, "n": n, "ci_low": nan, "ci_high": nan}
     std = float(arr.std(ddof=1))
     half = float(stats.t.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n))
-    return {"mean": mean, "std": std, "n": n, "ci_low": mean - half, "ci_high": mean + half}
+    low, high = metric_range(key)
+    ci_low, ci_high = max(mean - half, low), min(mean + half, high)
+    return {"mean": mean, "std": std, "n": n, "ci_low": ci_low, "ci_high": ci_high}
 
 
 def parse_target(text: str) -> tuple[str, str, float]:
-    """'heal_rate>=0.9' -> ('heal_rate', '>=', 0.9); the bound must be a finite number (a NaN
-    bound is never met, an infinite one always or never, whatever the runs say)."""
+    """'heal_rate>=0.9' -> ('heal_rate', '>=', 0.9); a rate's bound may be a percentage
+    ('l3_loaded_rate>=23%' -> 0.23). The bound must be a finite number (a NaN bound is never
+    met, an infinite one always or never, whatever the runs say)."""
+    if "@" in text:
+        raise ValueError(
+            f"{text!r} is relative to a reference point (…@REFERENCE), which only "
+            "`hicache-sim capacity --target` runs; give an absolute bound here"
+        )
+    metric, op, bound, percent = _parse(text)
+    if percent and not metric.endswith("_rate"):
+        raise ValueError(
+            f"{text!r}: a percentage bound is for a rate (a key ending in _rate, such as "
+            f"l3_loaded_rate>=23%); {metric} is not one, so give its value in its own unit, or "
+            f"a share of a reference point with capacity's {metric}{op}95%@unbounded"
+        )
+    return metric, op, bound
+
+
+def parse_relative(text: str) -> tuple[str, str, float, str] | None:
+    """'l3_loaded_rate>=95%@unbounded' -> ('l3_loaded_rate', '>=', 0.95, 'unbounded'): the
+    metric must reach (or stay under) that share of its mean at the reference point; None for
+    an absolute target. The share is a percentage or a plain factor (0.95)."""
+    head, sep, reference = text.partition("@")
+    if not sep:
+        return None
+    if not reference.strip():
+        raise ValueError(
+            f"{text!r} names no reference point after '@' (give e.g. "
+            f"{head.strip()}@unbounded, or a value of the searched key such as @100GB)"
+        )
+    metric, op, share, _ = _parse(head)
+    if share <= 0:
+        raise ValueError(f"the share {share:g} in {text!r} must be above 0 (e.g. 95%)")
+    return metric, op, share, reference.strip()
+
+
+def _parse(text: str) -> tuple[str, str, float, bool]:
     for op in (">=", "<="):
         metric, sep, value = text.partition(op)
         if sep:
+            raw = value.strip()
+            percent = raw.endswith("%")
             try:
-                bound = float(value)
+                bound = float(raw.removesuffix("%")) / (100 if percent else 1)
             except ValueError:
                 break
             if not math.isfinite(bound):
@@ -40,5 +102,9 @@ def parse_target(text: str) -> tuple[str, str, float]:
                     f"the bound {value.strip()!r} in {text!r} is not a finite number "
                     f"(give e.g. {metric.strip() or 'heal_rate'}{op}0.9)"
                 )
-            return metric.strip(), op, bound
-    raise ValueError(f"target {text!r} must look like METRIC>=VALUE or METRIC<=VALUE")
+            return metric.strip(), op, bound, percent
+    raise ValueError(
+        f"target {text!r} must look like METRIC>=VALUE or METRIC<=VALUE (a rate also takes a "
+        "percentage, l3_loaded_rate>=23%; capacity also takes a share of a reference point, "
+        "l3_loaded_rate>=95%@unbounded)"
+    )

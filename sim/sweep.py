@@ -16,7 +16,6 @@ import itertools
 import json
 import math
 import os
-import sys
 import time
 import traceback
 from collections.abc import Generator
@@ -27,11 +26,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from sim.documents import resolve_paths
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
+from sim.outputs.progress import Progress
 from sim.pool import run_all
 from sim.results.layout import POINTS, RUNS, SWEEP_META, TASKS
 from sim.runner import run
@@ -314,20 +313,15 @@ def compute(
         ) from None
     kept = {t.key: _reusable(task_dir / f"{t.key}.json", t) for t in tasks}
     todo = [t for t in tasks if kept[t.key] is None]
-    bar = tqdm(
-        total=len(tasks),
-        initial=len(tasks) - len(todo),
-        desc="runs",
-        unit="run",
-        file=sys.stderr,
-        disable=None if progress else True,  # None: only when stderr is a terminal
-    )
+    # A bar on a terminal, a line per finished run on a file (sim.outputs.progress).
+    bar = Progress(len(tasks), "runs", "run", initial=len(tasks) - len(todo), enabled=progress)
     with bar, closing(_dispatch(todo, executor, workers, scheduler)) as results:
         for task, record in results:
             record.update(_labels(task))
             _write_json(task_dir / f"{task.key}.json", record)
             kept[task.key] = json.loads(json.dumps(record, default=str))  # as a resume reads it
-            bar.update(1)
+            failed = " failed" if record.get("error") else ""
+            bar.update(f"point {task.point} seed {task.seed_index}{failed}")
     records = [kept[t.key] or {} for t in tasks]
     return records, len(todo)
 
@@ -525,7 +519,9 @@ def points_table(runs: pd.DataFrame, swept: list[str]) -> pd.DataFrame:
     for point, group in ok.groupby("point", sort=True):
         head = {"point": point, **{k: group[k].iloc[0] for k in swept}}
         for metric in metrics:
-            rows.append({**head, "metric": metric, **confidence(group[metric].dropna())})
+            rows.append(
+                {**head, "metric": metric, **confidence(group[metric].dropna(), key=metric)}
+            )
     columns = ["point", *swept, "metric", "mean", "std", "n", "ci_low", "ci_high"]
     return pd.DataFrame(rows, columns=columns)
 

@@ -67,7 +67,7 @@ def capacity(*args: str, param: str = CAP, target: str = TARGET) -> Any:
 
 REFUSED = [
     # (param, target, selection, fragments the message must hold)
-    ("device.swa_pages", TARGET, ["--range", "10GB", "500GB"], ["--range", "'10GB'", "pages"]),
+    ("device.swa_pages", TARGET, ["--range", "10pc", "500pc"], ["--range", "'10pc'", "unit"]),
     ("heal", TARGET, ["--values", "none,keep_pages"], ["--param", "heal", "not numeric"]),
     ("storage.hit_query", TARGET, ["--values", "1,2"], ["--param", "hit_query", "not numeric"]),
     (
@@ -186,10 +186,11 @@ def test_a_gb_key_takes_sizes_with_units_and_the_answer_says_gb(work: Path):
     assert saved["unit"] == "GB"
     assert saved["answer"] is not None
     statement = saved["statement"]
-    assert statement.startswith(f"{CAP} = {param_text(CAP, saved['answer'])}:"), statement
-    assert " GB: discard_rate mean" in statement
+    assert statement.startswith(f"{CAP} = 400MB (0.40 GB):"), "as given, and rounded in GB"
+    assert "0.10 GB does not meet it (resolved to within 0.30 GB)" in statement
+    assert " GB): discard_rate mean" in statement
     assert statement in result.stdout
-    assert f"{CAP}=0.02 GB:" in result.stdout, "every evaluation is printed with its unit"
+    assert f"{CAP}=20MB (0.02 GB):" in result.stdout, "each value as given, and in GB"
 
 
 def test_a_range_with_units_bisects_in_gb(work: Path):
@@ -309,13 +310,46 @@ def test_one_progress_bar_covers_the_whole_search(
     assert "evaluation" in text
 
 
-def test_no_progress_bar_when_stderr_is_not_a_terminal(
+def test_a_line_per_evaluation_when_stderr_is_not_a_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    """No bar (no carriage returns) on a file: one plain line per finished evaluation."""
     stderr = io.StringIO()
     monkeypatch.setattr("sys.stderr", stderr)
     search = CapacitySearch(
         make_scenario(**TINY), "s.yaml", CAP, TARGET, 2, tmp_path, executor="serial"
     )
     search.scan([0.1])
-    assert stderr.getvalue() == ""
+    text = stderr.getvalue()
+    assert "\r" not in text
+    assert text.startswith("capacity: 1/1 evaluations, storage.pools.swa.capacity_gb=0.1 GB")
+    assert text.count("\n") == 1
+
+
+def test_an_answer_is_rounded_to_the_search_s_resolution():
+    from sim.outputs.answers import answer_text, quantity_text
+
+    assert quantity_text(CAP, 32.09375, 3.11) == "32.1 GB"
+    assert quantity_text(CAP, 807.8125, 12.5) == "808 GB"
+    assert quantity_text("device.swa_pages", 4096, 1) == "4,096 pages"
+    text = answer_text(CAP, 32.09375, 28.984375)
+    assert text == "32.1 GB (resolved to within 3.1 GB; 29.0 GB fails)"
+    assert answer_text(CAP, None) == "none in range"
+
+
+def test_a_page_key_takes_byte_sizes_as_the_scenario_file_does(work: Path):
+    """`--values 64MiB` on device.swa_pages converts with the model's page size, as
+    `swa_pages: 64MiB` in the file would, and is echoed as given beside its pages."""
+    result = ok(capacity("--values", "64MiB 128MiB", param="device.swa_pages"))
+    pages = 64 * 2**20 // (64 * 18432)
+    evaluations = pd.read_csv(work / "out" / "evaluations.csv")
+    assert evaluations["value"].iloc[0] == pages
+    assert f"device.swa_pages=64MiB ({pages} pages):" in result.stdout
+
+
+def test_every_bad_argument_is_told_at_once(work: Path, no_runs: None):
+    result = capacity("--range", "5", "1", param="device.swa_pagez", target="l3_loaded_ratte>=2")
+    assert result.exit_code == 2
+    for fragment in ("--param: device.swa_pagez", "--target: unknown metric", "--range: LOW 5"):
+        assert fragment in result.output, result.output
+    assert not (work / "out").exists()

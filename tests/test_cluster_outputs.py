@@ -52,8 +52,10 @@ STORAGE_TITLE = "shared storage occupancy (GB; dashed: capacity)"
 SINGLE_TITLES = [
     "cumulative discards (after warm-up)",
     "existence cache",
+    "% of prompt tokens restored from storage",
     "device and host occupancy",
     "storage occupancy (GB; dashed: capacity)",
+    "storage bandwidth (GB/s, mean per bin)",
 ]
 SINGLE_LABELS = [
     "requests",
@@ -165,7 +167,7 @@ def test_many_instances_are_told_apart_by_a_colour_scale(copy_of) -> None:
     assert len(by_title(fig)[PER_SERVER_TITLES[0]].get_lines()) == n
 
 
-def test_single_server_plot_is_the_four_panel_figure(runs) -> None:
+def test_single_server_plot_is_the_six_panel_figure(runs) -> None:
     directory = runs["single"][0]
     fig = run_figure(directory)
     assert [ax.get_title() for ax in fig.axes] == SINGLE_TITLES
@@ -238,7 +240,7 @@ def test_cluster_run_page_shows_instances_and_cluster_keys(runs) -> None:
     assert_self_contained(text)
     summary = read_summary(directory)
     page = Page(text)
-    assert set(page.tables) == {"summary", "provenance", "cluster", "instances"}
+    assert set(page.tables) == {"deployment", "summary", "provenance", "cluster", "instances"}
     assert len(page.images) == 1
     assert '<a href="#instances">Instances</a>' in text
     assert "3 servers behind a <code>random</code> router share one storage backend" in text
@@ -265,7 +267,7 @@ def test_cluster_run_page_shows_instances_and_cluster_keys(runs) -> None:
 
 def test_single_server_run_page_has_no_cluster_section(runs) -> None:
     text = build_report(runs["single"][0])
-    assert set(Page(text).tables) == {"summary", "provenance"}
+    assert set(Page(text).tables) == {"deployment", "summary", "provenance"}
     assert 'id="instances"' not in text and "servers shared" not in text
     assert "Time series: cumulative discards, existence cache" in text
 
@@ -287,16 +289,17 @@ def test_cluster_run_page_decodes_in_headless_chromium(copy_of, tmp_path: Path) 
     [image] = dom.images
     assert int(image.get("data-decoded", "0")) > 0
     assert base64.b64decode(image["src"].removeprefix("data:image/png;base64,"))[:8] == PNG_MAGIC
-    assert set(dom.tables) == {"summary", "provenance", "cluster", "instances"}
+    assert set(dom.tables) == {"deployment", "summary", "provenance", "cluster", "instances"}
 
 
 # --- console ------------------------------------------------------------------------------------
 
 
 def printed(stdout: str) -> list[tuple[str, str]]:
-    """The summary lines `run` printed, as (label, text) split at the 28-character column."""
+    """The summary lines `run` printed, as (label, text) split at the 28-character column, less
+    the summary keys named in brackets at the end."""
     lines = [line for line in stdout.splitlines() if not line.startswith(("(every", "wrote"))]
-    return [(line[:28].rstrip(), line[28:]) for line in lines]
+    return [(line[:28].rstrip(), re.sub(r"  \[[a-z0-9_, ]+\]$", "", line[28:])) for line in lines]
 
 
 def test_run_prints_the_cluster_lines(runs) -> None:

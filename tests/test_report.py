@@ -4,6 +4,7 @@ capacity), built from tiny results; the page's images decode in a real headless 
 from __future__ import annotations
 
 import base64
+import html
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ import yaml
 from sim.outputs.findings import capacity_findings, compare_findings, run_findings
 from sim.outputs.report import build_report, header_comment
 from sim.units import cell, metric_text, metric_unit
-from tests.conftest import PNG_MAGIC, invoke, make_doc, ok
+from tests.conftest import CONVERSATION_TRACE, PNG_MAGIC, invoke, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"
 TINY: dict[str, Any] = {
@@ -32,10 +33,10 @@ TINY: dict[str, Any] = {
 }
 KINDS = ("run", "compare", "sweep", "capacity")
 TABLES = {
-    "run": {"summary", "provenance"},
-    "compare": {"summary", "provenance"},
-    "sweep": {"grid", "summary", "provenance"},
-    "capacity": {"search", "evaluations", "at-answer"},
+    "run": {"deployment", "summary", "provenance"},
+    "compare": {"deployment", "summary", "provenance"},
+    "sweep": {"deployment", "grid", "summary", "provenance"},
+    "capacity": {"deployment", "search", "evaluations", "at-answer"},
 }
 IMAGES = {"run": 1, "compare": 3, "sweep": 2, "capacity": 1}
 """A run's time series; the comparison and each of its two variants' time series; the sweep's
@@ -56,6 +57,11 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     scenario = write_scenario(root / "tiny.yaml")
     sweep = {"seeds": 2, "grid": {CAP: [0.05, 0.2], "heal": ["none", "keep_pages"]}}
     sweep_scenario = write_scenario(root / "sweep.yaml", sweep=sweep)
+    trace_scenario = write_scenario(
+        root / "trace.yaml",
+        model={"preset": "gpt-oss-120b"},
+        workload={"kind": "mooncake", "path": str(CONVERSATION_TRACE), "limit": 40},
+    )
     out = {kind: root / kind for kind in KINDS}
     ok(invoke("run", str(scenario), "--out", str(out["run"])))
     ok(invoke("compare", str(scenario), "--heal", "none,keep_pages", "--out", str(out["compare"])))
@@ -63,11 +69,11 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ok(
         invoke(
             "capacity",
-            str(scenario),
+            str(trace_scenario),
             "--param",
             CAP,
             "--target",
-            "discard_rate<=0.5",
+            "ttft_p99_s<=1000",
             "--values",
             "0.02,0.2",
             "--seeds",
@@ -191,7 +197,10 @@ def test_capacity_report_states_the_answer(copy_of) -> None:
     directory = copy_of("capacity")
     text = report_of(directory)
     assert "<title>test: capacity answer report</title>" in text
-    assert f"The smallest {CAP} that meets discard_rate&lt;=0.5" in text
+    assert f"The smallest {CAP} that meets ttft_p99_s&lt;=1000" in text
+    assert "is 0.02 GB" in text, "the answer carries its unit"
+    assert '<table id="deployment">' in text.split('<section id="scenario">')[0], "card first"
+    assert "storage_swa_stored_bytes" in text and "read_transfer_bytes" in text, "at the answer"
 
 
 def test_report_to_another_file_leaves_no_temporary_behind(copy_of, tmp_path: Path) -> None:
@@ -428,9 +437,39 @@ def test_every_image_decodes_in_headless_chromium(kind: str, copy_of, tmp_path: 
     browser = chromium()
     directory = copy_of(kind)
     report_of(directory)
-    dom = Page(dump_dom(browser, directory / "report.html", tmp_path / "profile"))
+    dumped = dump_dom(browser, directory / "report.html", tmp_path / "profile")
+    dom = Page(dumped)
     assert dom.body.get("data-report-loaded") == "true", "the load handler ran"
     assert len(dom.images) == IMAGES[kind]
     widths = [int(image.get("data-decoded", "0")) for image in dom.images]
     assert all(width > 0 for width in widths), widths
     assert set(dom.tables) == TABLES[kind]
+    if kind == "capacity":
+        shown = visible_text(dumped)
+        for needle in ("gpt-oss-120b", CONVERSATION_TRACE.name, "1 server", "0.02 GB"):
+            assert needle in shown, needle
+
+
+def visible_text(dom: str) -> str:
+    """The text a reader sees in a dumped page (tags, the style and the script left out)."""
+    dom = re.sub(r"<(style|script)[^>]*>.*?</\1>", " ", dom, flags=re.S)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
+
+
+def test_run_plot_has_restored_share_and_bandwidth_and_no_negative_axis(copy_of) -> None:
+    from sim.outputs.plot import run_figure
+
+    fig = run_figure(copy_of("run"))
+    titles = {ax.get_title(): ax for ax in fig.axes}
+    share = titles["% of prompt tokens restored from storage"]
+    bandwidth = titles["storage bandwidth (GB/s, mean per bin)"]
+    assert share.get_lines() and len(bandwidth.get_lines()) == 2
+    for ax in fig.axes:
+        assert ax.get_ylim()[0] >= 0, ax.get_title()
+
+
+def test_compare_plot_leaves_no_empty_slot(copy_of) -> None:
+    from sim.outputs.plot import comparison_figure
+
+    fig = comparison_figure(copy_of("compare"))
+    assert all(ax.axison for ax in fig.axes), "every cell of the grid holds a panel"

@@ -308,14 +308,14 @@ def test_cli_run_missing_scenario_file(tmp_path: Path, monkeypatch: pytest.Monke
         pytest.param("=5", ("--set", "=5"), id="empty-key"),
         pytest.param("heal=[unclosed", ("--set", "heal", "not valid YAML"), id="bad-yaml-value"),
         pytest.param("seed.inner=1", ("seed", "not a mapping"), id="through-a-scalar"),
-        pytest.param("heal=sometimes", (SCENARIO_FILE, "heal"), id="bad-enum-value"),
-        pytest.param("bogus.key=1", (SCENARIO_FILE, "bogus", "unknown key"), id="unknown-key"),
+        pytest.param("heal=sometimes", ("--set: heal",), id="bad-enum-value"),
+        pytest.param("bogus.key=1", ("--set: bogus", "unknown key"), id="unknown-key"),
         pytest.param(
             "storage.pools.mamba.capacity_gb=1",
-            (SCENARIO_FILE, "storage.pools.mamba"),
+            ("--set: storage.pools.mamba",),
             id="pool-model-lacks",
         ),
-        pytest.param("duration_s=.inf", (SCENARIO_FILE, "duration_s"), id="non-finite"),
+        pytest.param("duration_s=.inf", ("--set: duration_s",), id="non-finite"),
     ],
 )
 def test_cli_run_bad_set(

@@ -294,8 +294,9 @@ def test_points_csv_statistics_match_a_hand_computation(base_sweep: tuple[Path, 
         assert row["n"] == n == SEEDS
         assert row["mean"] == pytest.approx(mean, rel=1e-12, abs=1e-15)
         assert row["std"] == pytest.approx(std, rel=1e-9, abs=1e-15)
-        assert row["ci_low"] == pytest.approx(mean - half, rel=1e-9, abs=1e-12)
-        assert row["ci_high"] == pytest.approx(mean + half, rel=1e-9, abs=1e-12)
+        # the t interval, cut at a rate's range [0, 1]
+        assert row["ci_low"] == pytest.approx(max(mean - half, 0.0), rel=1e-9, abs=1e-12)
+        assert row["ci_high"] == pytest.approx(min(mean + half, 1.0), rel=1e-9, abs=1e-12)
         spread += half > 0
         # a metric that is sometimes undefined (no loops: heal_rate None) counts only its values
         (heal,) = points[(points["point"] == point) & (points["metric"] == "heal_rate")].index

@@ -101,6 +101,15 @@ def load(
     return scenario
 
 
+def warn_sizes(scenario: Scenario) -> None:
+    """Sizes the schema takes but that cannot work (sim.outputs.sizing), on stderr."""
+    from sim.outputs.sizing import sizing_warnings
+    from sim.scenario import scenario_document
+
+    for warning in sizing_warnings(scenario_document(scenario)):
+        click.echo(f"warning: {warning}", err=True)
+
+
 def trace_requests(scenario: Scenario) -> int:
     """Requests in the scenario's trace (0 without one); a malformed line raises ScenarioError."""
     return scenario.workload.scan()

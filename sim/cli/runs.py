@@ -21,6 +21,7 @@ from sim.cli.app import (
     reading,
     set_option,
     trace_requests,
+    warn_sizes,
 )
 from sim.deployment.resolve import USER, get, show_value
 from sim.outputs.console import format_table, print_summary, progress
@@ -37,6 +38,7 @@ from sim.scenario import (
     scenario_document,
     scenario_model,
 )
+from sim.spec import COMMAND_LINE_SET
 from sim.variants import Variant, VariantSet
 
 
@@ -67,6 +69,7 @@ def run_cmd(
 
     sc = load(scenario, overrides, seed)
     refuse_existing(out, force)
+    warn_sizes(sc)
     with progress(sc, sc.name) as on_progress:
         result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")
@@ -173,7 +176,9 @@ def _load_variant(
             trace_requests(sc)
     except ScenarioError as exc:
         where = ";".join(variant.sets) if found.option == "--vary" else variant.label
-        raise ScenarioError(f"{found.option} {where}", exc.key, exc.message) from None
+        # The variant's option names the source; the key is a key, not a `--set` label.
+        key = exc.key.removeprefix(f"{COMMAND_LINE_SET} ") if exc.key else exc.key
+        raise ScenarioError(f"{found.option} {where}", key, exc.message) from None
     return sc
 
 
@@ -193,6 +198,7 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
         extra += f", sweep of {len(plan(sc, scenario)):,} runs"
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
     _print_sources(sc)
+    _print_sizes(sc)
     raw = read_document(Path(scenario))
     for item in overrides:
         key, value = parse_override(item)
@@ -202,6 +208,17 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
             f"note: storage.pools.{pool} is not given: the {pool} pool is stored unbounded and "
             "fault-free (the defaults; the resolved configuration lists them)"
         )
+
+
+def _print_sizes(scenario: Scenario) -> None:
+    """Every size as it resolved (pages, tokens, bytes, windows), and on stderr the sizes that
+    are legal but cannot work (exit 0: a warning, not a refusal)."""
+    from sim.outputs.sizing import resolved_sizes
+
+    click.echo("resolved sizes:")
+    for line in resolved_sizes(scenario_document(scenario)):
+        click.echo(f"  {line}")
+    warn_sizes(scenario)
 
 
 def _print_sources(scenario: Scenario) -> None:

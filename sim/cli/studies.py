@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,9 +17,11 @@ from sim.cli.app import (
     load,
     out_option,
     set_option,
+    warn_sizes,
 )
+from sim.outputs.files import replace_file
 from sim.results.directories import check_capacity_out, check_sweep_out, only_writer
-from sim.results.layout import TASKS
+from sim.results.layout import CONFIG, TASKS
 from sim.scenario import (
     ScenarioError,
 )
@@ -55,7 +58,7 @@ def sweep_cmd(
 ) -> None:
     """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
     from sim.outputs.plot import plot_sweep
-    from sim.outputs.results import meta
+    from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
     from sim.sweep import (
         check_scheduler_address,
@@ -73,6 +76,7 @@ def sweep_cmd(
     if scheduler is not None:
         check_scheduler_address(scheduler)
     sc = load(scenario, overrides, scan_trace=False)
+    warn_sizes(sc)
     tasks = plan(sc, scenario, seeds)
     target = out or default_out(RESULTS_ROOT, sc.name, "sweep")
     provenance = {
@@ -105,6 +109,9 @@ def sweep_cmd(
             err=True,
         )
         sys.exit(130)
+    # The deployment swept, for the report's deployment card (replaced, never written through).
+    config = resolved_yaml(sc)
+    replace_file(target / CONFIG, lambda tmp: tmp.write_text(config))
     for path in drawn(plot_sweep, target):
         click.echo(f"wrote {path}")
     click.echo(
@@ -133,9 +140,14 @@ def _resume_command(
 
 @cli.command("capacity")
 @click.argument("scenario", type=click.Path(dir_okay=False))
+@click.argument("more_values", nargs=-1, metavar="")
 @click.option("--param", required=True, help="Dotted scenario key to size, e.g. device.swa_pages.")
 @click.option(
-    "--target", required=True, help="METRIC>=VALUE or METRIC<=VALUE, e.g. heal_rate>=0.9."
+    "--target",
+    required=True,
+    help="METRIC>=VALUE or METRIC<=VALUE, e.g. heal_rate>=0.9 or l3_loaded_rate>=23%; or a "
+    "share of the metric at a reference value of --param, run first on the same seeds: "
+    "l3_loaded_rate>=95%@unbounded (null) or ...@100GB.",
 )
 @click.option(
     "--range",
@@ -146,7 +158,12 @@ def _resume_command(
     metavar="LOW HIGH",
     help="Bisect this range (integers give an integer search; a _gb key takes 512MB, 2GiB, ...).",
 )
-@click.option("--values", default=None, help="Comma-separated values to scan instead of bisecting.")
+@click.option(
+    "--values",
+    default=None,
+    help="Values to scan instead of bisecting, separated by commas or spaces (1,2,4 or '1 2 4' "
+    "or --values 1 2 4).",
+)
 @click.option(
     "--tolerance",
     type=float,
@@ -166,6 +183,7 @@ def _resume_command(
 @bad_input
 def capacity_cmd(
     scenario: str,
+    more_values: tuple[str, ...],
     param: str,
     target: str,
     bounds: tuple[str, str] | None,
@@ -182,39 +200,29 @@ def capacity_cmd(
 
     Every argument is checked before the first run; a refused one exits 2 and writes nothing.
     """
-    from sim.capacity import CapacitySearch, check_range
+    from sim.capacity import CapacitySearch
     from sim.outputs.plot import plot_capacity
     from sim.results.directories import default_out
     from sim.sweep import finished_runs
-    from sim.units import param_text
 
+    if more_values and values is not None:
+        values = " ".join([values, *more_values])
     sc = load(scenario, overrides)
-    if (bounds is None) == (values is None):
-        raise ScenarioError(
-            "capacity", None, "give exactly one of --range LOW HIGH and --values A,B,..."
-        )
-    if tolerance is not None and values is not None:
-        raise ScenarioError(
-            "--tolerance", None, "applies only to --range (drop it, or bisect with --range)"
-        )
     target_dir = out or default_out(RESULTS_ROOT, sc.name, "capacity")
+    question = Question(sc, scenario, param, target_dir)
+    question.check(target, bounds, values, tolerance, more_values)
+    warn_sizes(sc)
     search = CapacitySearch(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
-    option = "--values" if values is not None else "--range"
-    texts = values.split(",") if values is not None else list(bounds or ())
-    numbers = _quantities(option, texts, param)
-    if values is None:
-        check_range(numbers[0], numbers[1], tolerance)
-    for value in numbers:
-        search.check_value(value, option)
+    search.given = question.given
     check_capacity_out(target_dir, sc.name, force)  # after every check: --force may replace it
     with only_writer(target_dir):
         try:
             if values is not None:
-                answer = search.scan(numbers)
+                answer = search.scan(question.numbers)
             else:
-                low, high = numbers
+                low, high = question.numbers
                 answer = search.bisect(low, high, tolerance)
         except KeyboardInterrupt:
             finished = finished_runs(target_dir / TASKS)
@@ -225,30 +233,136 @@ def capacity_cmd(
             )
             sys.exit(130)
         search.save(answer)
+    if search.reference is not None:
+        click.echo(search.reference.describe(search))
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
         click.echo(
-            f"{param}={param_text(param, ev.value)}: mean {ev.mean:.4g} "
+            f"{param}={search.shown(ev.value)}: mean {ev.mean:.4g} "
             f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
         )
-    click.echo(answer.describe())
+    click.echo(answer.describe(search.given))
     for path in drawn(plot_capacity, target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
 
 
-def _quantities(option: str, texts: list[str], param: str) -> list[int | float]:
-    """Command-line numbers for `param` (a `_gb` key also takes 512MB, 2GiB, ...)."""
-    from sim.units import parse_quantity
+def split_values(text: str) -> list[str]:
+    """'1,2,4', '1 2 4' or '512 MiB, 2GiB' -> ['1', '2', '4'] / ['512 MiB', '2GiB']: commas or
+    spaces separate values, and a unit written apart stays with its number. An empty item
+    between two commas is kept, for the caller to refuse."""
+    items: list[str] = []
+    for part in text.split(","):
+        words = part.split()
+        if not words:
+            items.append("")
+            continue
+        start = len(items)
+        for word in words:
+            if len(items) > start and word[:1].isalpha() and items[-1][-1:].isdigit():
+                items[-1] = f"{items[-1]} {word}"
+            else:
+                items.append(word)
+    return items
 
-    numbers = []
-    for text in texts:
-        if not text.strip():
-            raise ScenarioError(
-                option, None, f"an empty value in {','.join(texts)!r} (give e.g. 1,2,4)"
-            )
+
+class Question:
+    """A capacity question's arguments checked all together before the first run: every
+    refusal (--param, --target, --range or --values, --tolerance, a stray argument) is told in
+    one error, not one per attempt. Keeps the values as numbers and as the user wrote them."""
+
+    def __init__(self, scenario: Any, source: str, param: str, out: Path) -> None:
+        self.scenario, self.source, self.param, self.out = scenario, source, param, out
+        self.problems: list[tuple[str | None, str]] = []
+        self.numbers: list[int | float] = []
+        self.given: dict[float, str] = {}
+
+    def attempt(self, check: Any, *args: Any) -> Any:
         try:
-            numbers.append(parse_quantity(text, param))
-        except ValueError as exc:
-            raise ScenarioError(option, None, str(exc)) from None
-    return numbers
+            return check(*args)
+        except ScenarioError as exc:
+            for key, message in exc.problems:
+                self.problems.append((exc.source if key is None else key, message))
+            return None
+
+    def check(
+        self,
+        target: str,
+        bounds: tuple[str, str] | None,
+        values: str | None,
+        tolerance: float | None,
+        stray: tuple[str, ...],
+    ) -> None:
+        from sim.capacity import (
+            check_param,
+            check_range,
+            check_relative,
+            check_target,
+            check_value,
+        )
+
+        if stray and values is None:
+            self.problems.append(
+                (
+                    None,
+                    f"unexpected argument(s) {' '.join(stray)!r} after the scenario (only "
+                    "--values takes several: --values 1,2,4 or --values 1 2 4)",
+                )
+            )
+        if (bounds is None) == (values is None):
+            self.problems.append(
+                (None, "give exactly one of --range LOW HIGH and --values A,B,...")
+            )
+        if tolerance is not None and values is not None:
+            self.problems.append(
+                ("--tolerance", "applies only to --range (drop it, or bisect with --range)")
+            )
+        param_ok = self.attempt(check_param, self.scenario, self.param) is None and not any(
+            key == "--param" for key, _ in self.problems
+        )
+        if self.attempt(check_relative, self.scenario, self.param, target) is None:
+            self.attempt(check_target, self.scenario, target)
+        option = "--values" if values is not None else "--range"
+        texts = split_values(values) if values is not None else list(bounds or ())
+        numbers = self.attempt(self._quantities, option, texts)
+        if numbers is not None and bounds is not None and values is None:
+            self.attempt(check_range, *numbers, tolerance)
+        if numbers is not None and param_ok:
+            for number in numbers:
+                self.attempt(check_value, self.scenario, self.param, number, option)
+        if self.problems:
+            (key, message), *more = self.problems
+            raise ScenarioError("capacity", key, message, more)
+        self.numbers = numbers or []
+
+    def _quantities(self, option: str, texts: list[str]) -> list[int | float]:
+        """Command-line numbers for the parameter: a `_gb` key takes 512MB, 2GiB, ...; a page or
+        slot key takes a size with a unit as the scenario file does (4GiB, 65536 tokens),
+        converted with this model's object sizes. What the user wrote is kept for echoing."""
+        from sim.scenario import scenario_document
+        from sim.sizes import SizeError, convert, size_keys
+        from sim.units import parse_quantity
+
+        size = next(
+            (k for k in size_keys(scenario_document(self.scenario)) if k.key == self.param),
+            None,
+        )
+        numbers: list[int | float] = []
+        for text in texts:
+            if not text.strip():
+                raise ScenarioError(
+                    option, None, f"an empty value in {','.join(texts)!r} (give e.g. 1,2,4)"
+                )
+            try:
+                number = parse_quantity(text, self.param)
+            except ValueError as exc:
+                if size is None or size.unit == "GB":
+                    raise ScenarioError(option, None, str(exc)) from None
+                try:
+                    number = convert(text.strip(), size)
+                except SizeError as size_exc:
+                    raise ScenarioError(option, None, size_exc.message) from None
+            numbers.append(number)
+            if any(c.isalpha() for c in text):
+                self.given[float(number)] = text.strip()
+        return numbers

@@ -54,8 +54,46 @@ def print_summary(result: RunResult, summary_path: str = SUMMARY) -> None:
     """The run's headline figures with their units; every key is in summary.json."""
     router = result.scenario.cluster.router.policy
     for label, text in summary_lines(result.summary, router):
-        click.echo(f"{label:<28}{text}")
+        keys = LINE_KEYS.get(label)
+        named = f"  [{', '.join(keys)}]" if keys else ""
+        click.echo(f"{label:<28}{text}{named}")
     click.echo(f"(every key, {len(result.summary)} in all, is in {summary_path})")
+
+
+LINE_KEYS = {
+    "requests": ("requests", "requests_finished"),
+    "prompt": ("prompt_tokens",),
+    "device hits": ("device_hit_tokens",),
+    "storage (L3) loaded": ("l3_loaded_tokens", "l3_loaded_rate"),
+    "recomputed": ("recomputed_tokens",),
+    "prefetches": ("prefetch_issued", "prefetch_discarded", "discard_rate"),
+    "repeated-failure loops": ("loops", "heal_rate", "loop_length_max"),
+    "wasted storage reads": ("wasted_read_bytes",),
+    "rewritten after a heal": ("rewrite_pages",),
+    "written to storage": ("written_bytes",),
+    "TTFT p50 / p99": ("ttft_p50_s", "ttft_p99_s"),
+    "wall clock": ("wall_s", "events"),
+    "load imbalance": ("load_imbalance",),
+    "L3 read across servers": ("cross_instance_l3_hit_pages",),
+    "cross-server rewrites": ("cross_instance_rewrite_objects",),
+    "loops stale by other server": ("loops_stale_by_other_instance",),
+    "storage traffic": ("read_transfer_bytes", "written_bytes"),
+}
+"""The summary.json keys (the contract: docs/metrics.md) behind each printed line, printed
+beside it so that a target (`--target l3_loaded_rate>=0.2`) can be written from the summary."""
+
+
+def _rewrites(s: dict[str, Any]) -> str:
+    """Rewritten pages, and which heal dropped the beliefs: with no discard, every one is the
+    hit-query heal's (beliefs past a reported hit are dropped), not the discard heal's."""
+    text = f"{s.get('rewrite_pages', 0):,} pages"
+    by_discard, by_query = s.get("heal_dropped_beliefs"), s.get("hit_query_dropped_beliefs")
+    if by_discard is None or by_query is None:
+        return text
+    return (
+        f"{text} (beliefs dropped: {by_query:,} by the hit-query heal, {by_discard:,} by the "
+        "discard heal)"
+    )
 
 
 def summary_lines(s: dict[str, Any], router: str | None = None) -> list[tuple[str, str]]:
@@ -91,7 +129,7 @@ def summary_lines(s: dict[str, Any], router: str | None = None) -> list[tuple[st
             f"{loops:,}, heal rate {_fmt(heal)}, longest {s.get('loop_length_max', 0)} discards",
         ),
         ("wasted storage reads", size_text(float(s.get("wasted_read_bytes") or 0))),
-        ("rewritten after a heal", f"{s.get('rewrite_pages', 0):,} pages"),
+        ("rewritten after a heal", _rewrites(s)),
         ("written to storage", size_text(float(s.get("written_bytes") or 0))),
         ("TTFT p50 / p99", f"{seconds('ttft_p50_s')} / {seconds('ttft_p99_s')}"),
         ("wall clock", f"{s.get('wall_s', 0):.2f} s ({s.get('events', 0):,} events)"),

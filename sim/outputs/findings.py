@@ -307,8 +307,12 @@ def where(row: Row, keys: Sequence[str]) -> str:
 def interval(key: str, row: Row) -> str:
     """'0.0958 (95 % CI 0.083 to 0.1086)'."""
     mean = cell(key, row["mean"])
-    if int(row.get("n") or 0) < 2:
-        return f"{mean} (one seed, no interval)"
+    if (
+        int(row.get("n") or 0) < 2
+        or is_missing(row.get("ci_low"))
+        or is_missing(row.get("ci_high"))
+    ):
+        return f"{mean} (one seed: no interval)"
     return f"{mean} (95 % CI {cell(key, row['ci_low'])} to {cell(key, row['ci_high'])})"
 
 
@@ -385,16 +389,23 @@ def _overlaps(points: pd.DataFrame, grid: Mapping[str, list[Any]]) -> list[str]:
             if rows.empty or rows["n"].max() < 2:
                 continue
             groups = rows.groupby(others, dropna=False, sort=False) if others else [((), rows)]
-            together, apart = 0, []
+            together, apart, unknown = 0, [], 0
             for _, group in groups:
                 if len(group) < 2:
                     continue
-                if group["ci_low"].max() <= group["ci_high"].min():
+                if not _has_intervals(group):
+                    unknown += 1
+                elif group["ci_low"].max() <= group["ci_high"].min():
                     together += 1
                 else:
                     apart.append(where(group.iloc[0].to_dict(), others))
             total = together + len(apart)
             if not total:
+                if unknown:
+                    sentences.append(
+                        f"{capital(label(metric))} under {short(key)}: one seed (or one value) "
+                        "at each setting, no interval, so the sweep cannot tell them apart."
+                    )
                 continue
             names = _join([setting(v) for v in values])
             over = f"settings of {_join([short(k) for k in others])}" if others else "points"
@@ -404,8 +415,18 @@ def _overlaps(points: pd.DataFrame, grid: Mapping[str, list[Any]]) -> list[str]:
             )
             if apart:
                 text += f"; they are apart at {'; '.join(apart[:LISTED_POINTS])}"
+            if unknown:
+                text += f"; at {unknown} more a value has one seed: no interval"
             sentences.append(text + ".")
     return sentences
+
+
+def _has_intervals(group: pd.DataFrame) -> bool:
+    """Every row of the group has an interval (two seeds or more with a value): only then can
+    intervals be said to overlap or to be apart."""
+    return bool(
+        (group["n"] >= 2).all() and group["ci_low"].notna().all() and group["ci_high"].notna().all()
+    )
 
 
 def _target(points: pd.DataFrame, target: str, keys: Sequence[str]) -> str:
@@ -422,9 +443,15 @@ def _target(points: pd.DataFrame, target: str, keys: Sequence[str]) -> str:
 # --- a capacity answer ----------------------------------------------------------------------------
 
 
-def capacity_findings(answer: Mapping[str, Any], evaluations: pd.DataFrame) -> list[str]:
-    """The answer with its interval, how sharply the search resolved it, and whether the
-    evaluations contradict the monotonicity a bisection assumes."""
+def capacity_findings(
+    answer: Mapping[str, Any],
+    evaluations: pd.DataFrame,
+    config: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The answer with its unit and interval, how sharply the search resolved it, and whether
+    the evaluations contradict the monotonicity a bisection assumes."""
+    from sim.outputs.answers import answer_text, quantity_text
+
     param, target = answer["param"], answer["target"]
     metric, op, bound = parse_target(target)
     rows = sorted(evaluations.to_dict("records"), key=lambda r: r["value"])
@@ -434,17 +461,19 @@ def capacity_findings(answer: Mapping[str, Any], evaluations: pd.DataFrame) -> l
     if best is not None:
         sentences.append(
             f"The smallest {param} that meets {target} with 95 % confidence over {seeds} seeds "
-            f"is {param_value(best['value'])}: {metric} mean {cell(metric, best['mean'])}, "
+            f"is {answer_text(param, best['value'], answer.get('largest_failing'), config)}: "
+            f"{metric} mean {cell(metric, best['mean'])}, "
             f"95 % CI [{cell(metric, best['ci_low'])}, {cell(metric, best['ci_high'])}]."
         )
         failing = next((r for r in rows if _same(r["value"], answer.get("largest_failing"))), None)
         if failing is not None:
             gap = best["value"] - failing["value"]
             sentences.append(
-                f"The largest value seen to fail, {param_value(failing['value'])}, has {metric} "
+                f"The largest value seen to fail, {quantity_text(param, failing['value'], gap)}, "
+                f"has {metric} "
                 f"mean {cell(metric, failing['mean'])}, 95 % CI [{cell(metric, failing['ci_low'])}"
                 f", {cell(metric, failing['ci_high'])}]: the answer is resolved to within "
-                f"{gap:.3g}."
+                f"{quantity_text(param, gap, gap)}."
             )
     elif rows:
         closest = (
@@ -455,7 +484,7 @@ def capacity_findings(answer: Mapping[str, Any], evaluations: pd.DataFrame) -> l
         side = "low end" if op == ">=" else "high end"
         sentences.append(
             f"No evaluated value of {param} meets {target} with 95 % confidence over {seeds} "
-            f"seeds. The closest is {param_value(closest['value'])}: {metric} mean "
+            f"seeds. The closest is {quantity_text(param, closest['value'])}: {metric} mean "
             f"{cell(metric, closest['mean'])}, whose interval's {side} is "
             f"{cell(metric, closest['ci_low'] if op == '>=' else closest['ci_high'])} "
             f"against the bound {number(bound)}."
@@ -463,8 +492,8 @@ def capacity_findings(answer: Mapping[str, Any], evaluations: pd.DataFrame) -> l
     if rows:
         errors = sum(int(r.get("errors") or 0) for r in rows)
         text = (
-            f"{len(rows)} values were evaluated, from {param_value(rows[0]['value'])} to "
-            f"{param_value(rows[-1]['value'])}"
+            f"{len(rows)} values were evaluated, from {quantity_text(param, rows[0]['value'])} "
+            f"to {quantity_text(param, rows[-1]['value'])}"
         )
         sentences.append(text + (f"; {errors} runs failed." if errors else "."))
     inversions = [
@@ -476,8 +505,9 @@ def capacity_findings(answer: Mapping[str, Any], evaluations: pd.DataFrame) -> l
     if inversions:
         low, high = inversions[0]
         sentences.append(
-            f"The evaluations are not monotone in {param}: {param_value(low)} meets the target but "
-            f"the larger {param_value(high)} does not. A bisection assumes the metric improves as "
+            f"The evaluations are not monotone in {param}: {quantity_text(param, low)} meets the "
+            f"target but the larger {quantity_text(param, high)} does not. A bisection assumes "
+            "the metric improves as "
             f"{param} grows; scan the values (--values) to be sure of the smallest."
         )
     return sentences

@@ -143,9 +143,14 @@ def cell_with_interval(key: str, row: Mapping[Any, Any]) -> Raw:
     mean = esc(cell(key, row["mean"]))
     if int(row.get("n") or 0) < 2 or is_missing(row.get("ci_high")):
         return Raw(mean)
-    half = cell(key, (row["ci_high"] - row["ci_low"]) / 2)
-    ends = f"95 % CI [{cell(key, row['ci_low'])}, {cell(key, row['ci_high'])}]"
-    return Raw(f'<span title="{esc(ends)}">{mean}<span class="ci">± {esc(half)}</span></span>')
+    low, high = row["ci_low"], row["ci_high"]
+    ends = f"95 % CI [{cell(key, low)}, {cell(key, high)}]"
+    if abs((high - row["mean"]) - (row["mean"] - low)) > 1e-9 * max(1.0, abs(row["mean"])):
+        # Truncated at the quantity's range: the interval is no longer symmetric.
+        shown = f"[{cell(key, low)}, {cell(key, high)}]"
+    else:
+        shown = f"± {cell(key, (high - low) / 2)}"
+    return Raw(f'<span title="{esc(ends)}">{mean}<span class="ci">{esc(shown)}</span></span>')
 
 
 def unit_header(key: str) -> str:

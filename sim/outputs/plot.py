@@ -20,8 +20,9 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from sim.outputs.files import replace_file
+from sim.outputs.files import read_table, replace_file
 from sim.results.layout import COMPARISON, Kind, detect
 from sim.results.reading import (
     read_capacity,
@@ -66,11 +67,17 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     label = compared.column
     labels = compared.labels
     fig = Figure(figsize=(16, 7), layout="constrained")
-    axes = fig.subplots(2, 4)
-    flat = axes.ravel()
+    cells = fig.add_gridspec(2, 4)
+    # Six metric panels, and the discards over time across the last two cells (no empty slot).
+    flat = [fig.add_subplot(cells[i // 4, i % 4]) for i in range(len(COMPARE_PANELS))]
+    flat.append(fig.add_subplot(cells[1, 2:]))
     colors = [f"C{i % 10}" for i in range(len(table))]
     for ax, (key, title) in zip(flat, COMPARE_PANELS, strict=False):
+        missing = bool(table[key].isna().all())
         values = table[key].astype(float).fillna(0.0)
+        if missing:
+            ax.set_ylim(0, 1)
+            ax.text(0.5, 0.5, "no value under any variant", ha="center", transform=ax.transAxes)
         if key == "wasted_read_bytes":
             values = values / 1e9
         bars = ax.bar(range(len(labels)), values, color=colors, tick_label=labels)
@@ -107,7 +114,6 @@ def comparison_figure(directory: Path, label: str | None = None) -> Figure:
     ax.set_xlabel("simulated time (s)")
     if ax.lines:
         ax.legend(fontsize=8)
-    flat[-1].axis("off")
     first = next(iter(runs.values()), None)
     name = first.name if first is not None else directory.name
     what = {"heal": "heal rules", "variant": "variants"}.get(label, label)
@@ -128,10 +134,19 @@ def run_figure(directory: Path) -> Figure:
     if len(instances_of(ts)) > 1:
         return cluster_run_figure(directory, ts, config)
     storage_cols = [c for c in ts.columns if c.startswith("storage_")]
-    fig = Figure(figsize=(12, 7), layout="constrained")
-    axes = fig.subplots(2, 2)
+    fig = Figure(figsize=(16, 7), layout="constrained")
+    grid = fig.subplots(2, 3)
+    axes = grid[:, :2]
     axes[0, 0].plot(ts["t_s"], ts["discards"])
     axes[0, 0].set_title("cumulative discards (after warm-up)")
+    if not ts["discards"].any():
+        # A flat zero line on matplotlib's default -0.04..0.04 axis reads as noise.
+        axes[0, 0].set_ylim(0, 1)
+        axes[0, 0].text(
+            0.5, 0.5, "no discard after warm-up", ha="center", transform=axes[0, 0].transAxes
+        )
+    else:
+        axes[0, 0].set_ylim(bottom=0)
     axes[0, 1].plot(ts["t_s"], ts["existence_entries"], label="beliefs")
     axes[0, 1].plot(
         ts["t_s"], ts["stale_beliefs_recent_4096"], label="stale among the 4,096 most recent"
@@ -141,6 +156,7 @@ def run_figure(directory: Path) -> Figure:
     if isinstance(entries, int):
         axes[0, 1].axhline(entries, color="C0", linestyle="--", linewidth=1, label="capacity")
     axes[0, 1].set_yscale("symlog", linthresh=10)
+    axes[0, 1].set_ylim(bottom=0, top=max(axes[0, 1].get_ylim()[1], 10))
     axes[0, 1].set_title("existence cache")
     axes[0, 1].legend(fontsize=8)
     device = config.get("device") or {}
@@ -149,11 +165,15 @@ def run_figure(directory: Path) -> Figure:
     for i, (col, key) in enumerate(series):
         pool, _, unit = key.partition("_")
         color = f"C{i}"
-        axes[1, 0].plot(ts["t_s"], ts[col], color=color, label=f"{pool} {unit}")
+        # Occupancy over its capacity line: a full pool's line would hide under a dashed one.
+        axes[1, 0].plot(ts["t_s"], ts[col], color=color, label=f"{pool} {unit}", zorder=3)
         bound = device.get(key) if col != "host_pages" else (config.get("host") or {}).get("pages")
         if isinstance(bound, int) and not isinstance(bound, bool):
-            axes[1, 0].axhline(bound, color=color, linestyle="--", linewidth=1)
+            axes[1, 0].axhline(
+                bound, color=color, linestyle=(0, (4, 4)), linewidth=2.5, alpha=0.45, zorder=1
+            )
     axes[1, 0].set_yscale("symlog", linthresh=10)
+    axes[1, 0].set_ylim(bottom=0, top=max(axes[1, 0].get_ylim()[1], 10))
     axes[1, 0].legend(fontsize=8, title="dashed: capacity", title_fontsize=8)
     axes[1, 0].set_title("device and host occupancy")
     pools = (config.get("storage") or {}).get("pools") or {}
@@ -165,11 +185,71 @@ def run_figure(directory: Path) -> Figure:
         if isinstance(bound, int | float) and not isinstance(bound, bool):
             axes[1, 1].axhline(bound, color=color, linestyle="--", linewidth=1)
     axes[1, 1].set_title("storage occupancy (GB; dashed: capacity)")
+    axes[1, 1].set_ylim(bottom=0)
     axes[1, 1].legend(fontsize=8)
-    for ax in axes.ravel():
+    _flow_panels(directory, grid[0, 2], grid[1, 2], float(ts["t_s"].max() or 1.0))
+    for ax in grid.ravel():
         ax.set_xlabel("simulated time (s)")
     fig.suptitle(f"{run.name}: time series")
     return fig
+
+
+FLOW_BINS = 40
+"""Time bins of the restored-share and storage-bandwidth panels."""
+
+
+def _flow_panels(directory: Path, share_ax: Axes, bandwidth_ax: Axes, horizon_s: float) -> None:
+    """The share of prompt tokens restored from storage, per time bin of admission, and the
+    storage read and write bandwidth (GB/s), from the run's request, prefetch and write tables
+    (a directory without them gets a note instead)."""
+    edges = np.linspace(0.0, horizon_s, FLOW_BINS + 1)
+    width = edges[1] - edges[0]
+    mids = (edges[:-1] + edges[1:]) / 2
+
+    def binned(frame: pd.DataFrame, t: str, value: str) -> np.ndarray:
+        rows = frame[frame[t].notna()]
+        sums, _ = np.histogram(rows[t].astype(float), bins=edges, weights=rows[value])
+        return np.asarray(sums, dtype=float)
+
+    requests = _table(directory, "requests", ("admitted_s", "prompt_tokens", "l3_loaded_tokens"))
+    if requests is None:
+        share_ax.text(0.5, 0.5, "no requests table", ha="center", transform=share_ax.transAxes)
+    else:
+        prompt = binned(requests, "admitted_s", "prompt_tokens")
+        loaded = binned(requests, "admitted_s", "l3_loaded_tokens")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(prompt > 0, loaded / prompt, np.nan)
+        share_ax.plot(mids, share * 100, marker=".", color="C2")
+        share_ax.set_ylim(0, max(5.0, float(np.nanmax(share, initial=0)) * 110))
+    share_ax.set_title("% of prompt tokens restored from storage")
+    reads = _table(directory, "prefetches", ("resolved_s", "read_bytes"))
+    writes = _table(directory, "writes", ("t_s", "written_bytes"))
+    if reads is not None:
+        bandwidth_ax.plot(
+            mids,
+            binned(reads, "resolved_s", "read_bytes") / width / 1e9,
+            color="C0",
+            label="read (prefetches)",
+        )
+    if writes is not None:
+        bandwidth_ax.plot(
+            mids, binned(writes, "t_s", "written_bytes") / width / 1e9, color="C1", label="written"
+        )
+    if bandwidth_ax.lines:
+        bandwidth_ax.legend(fontsize=8)
+    bandwidth_ax.set_ylim(bottom=0)
+    bandwidth_ax.set_title("storage bandwidth (GB/s, mean per bin)")
+
+
+def _table(directory: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame | None:
+    """A run's table with the columns a panel needs, or None (an older directory lacks it)."""
+    path = directory / f"{name}.parquet"
+    if not path.is_file():
+        return None
+    frame = read_table(path)
+    if any(c not in frame.columns for c in columns):
+        return None
+    return frame
 
 
 PER_INSTANCE_LEGEND_MAX = 10
@@ -389,8 +469,11 @@ def sweep_figures(directory: Path, target: str | None = None) -> dict[str, Figur
     figures: dict[str, Figure] = {}
     if numeric:
         figures["sweep_curves"] = _curves(points, numeric[0], groups)
-    by = [k for k in grid if k not in numeric] or list(grid)[:1]
-    figures["loop_ccdf"] = _loop_ccdf(directory, by)
+    points_n = int(points["point"].nunique())
+    by = list(grid) if points_n <= CCDF_CURVES else [k for k in grid if k not in numeric]
+    figures["loop_ccdf"] = _loop_ccdf(
+        directory, by or list(grid)[:1], [k for k in grid if k not in by]
+    )
     if len(numeric) >= 2:
         figures.update(_heatmap(points, numeric[0], numeric[1], target))
     return figures
@@ -401,9 +484,15 @@ def _label(row: pd.Series, keys: list[str]) -> str:
 
 
 def _curves(points: pd.DataFrame, x: str, groups: list[str]) -> Figure:
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
-    axes = fig.subplots(1, 2)
-    for ax, metric in zip(axes, ("heal_rate", "discard_rate"), strict=True):
+    # A metric with no value at any point (no loop was retried: no heal rate) gets no empty panel.
+    metrics = [
+        m
+        for m in ("heal_rate", "discard_rate")
+        if points[points["metric"] == m]["mean"].notna().any()
+    ] or ["heal_rate", "discard_rate"]
+    fig = Figure(figsize=(6 * len(metrics), 4.5), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics, strict=True):
         data = points[points["metric"] == metric]
         keyed = data.groupby(groups, dropna=False, sort=False) if groups else [((), data)]
         for _, series in keyed:
@@ -425,7 +514,12 @@ def _curves(points: pd.DataFrame, x: str, groups: list[str]) -> Figure:
     return fig
 
 
-def _loop_ccdf(directory: Path, by: list[str]) -> Figure:
+CCDF_CURVES = 8
+"""Up to this many grid points get a loop-length curve each; more are pooled over the numeric
+keys (the title says which)."""
+
+
+def _loop_ccdf(directory: Path, by: list[str], pooled: list[str]) -> Figure:
     lengths: dict[str, list[int]] = {}
     for record in task_records(directory):
         label = ", ".join(f"{k.split('.')[-1]}={record['values'].get(k)}" for k in by)
@@ -443,10 +537,16 @@ def _loop_ccdf(directory: Path, by: list[str]) -> Figure:
     if ax.lines:
         ax.set_xscale("log")
         ax.set_yscale("log")
+        # Loop lengths are whole discards: plain integer ticks, not 2×10⁰.
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        longest = max(max(v) for v in lengths.values() if v)
+        ax.set_xticks([t for t in (1, 2, 3, 5, 10, 20, 50, 100, 200, 500) if t <= max(longest, 2)])
         ax.legend(fontsize=8)
     ax.set_xlabel("loop length (discards)")
     ax.set_ylabel("P(length ≥ x)")
-    ax.set_title("loop-length CCDF, all seeds and points")
+    over = f", pooled over {', '.join(k.split('.')[-1] for k in pooled)}" if pooled else ""
+    ax.set_title(f"loop-length CCDF over seeds{over}", fontsize=10)
     return fig
 
 

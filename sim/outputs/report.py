@@ -18,12 +18,13 @@ from typing import Any
 
 import yaml
 
+from sim.outputs.answers import answer_text, quantity_text
+from sim.outputs.card import deployment_card
 from sim.outputs.files import replace_file
 from sim.outputs.findings import (
     capacity_findings,
     compare_findings,
     interval,
-    param_value,
     run_findings,
     setting,
     short,
@@ -45,11 +46,13 @@ from sim.outputs.html import (
     unit_header,
 )
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
+from sim.outputs.sizing import sizing_warnings
 from sim.results.layout import TASKS, detect
 from sim.results.reading import (
     RunDir,
     read_capacity,
     read_compare,
+    read_config,
     read_run,
     read_sweep,
     task_records,
@@ -110,6 +113,24 @@ def _scenario(
     return section("scenario", "Scenario", *parts)
 
 
+def _deployment(
+    config: Mapping[str, Any], varied: Mapping[str, str] | None = None
+) -> Section | None:
+    """The deployment card (sim.outputs.card) of a resolved configuration, first on the page;
+    none for a directory written before sweeps and searches kept their configuration."""
+    if not config:
+        return None
+    rows = deployment_card(config, varied)
+    rows += [("warning", warning) for warning in sizing_warnings(config)]
+    return section(
+        "deployment",
+        "Deployment",
+        "<p>What was simulated (config.resolved.yaml: presets, profiles and derived sizes "
+        "resolved).</p>",
+        html_table("deployment", ["item", "value"], rows),
+    )
+
+
 def _provenance(meta: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()) -> Section | None:
     """Command, time, seed, versions and machine of what wrote the directory."""
     rows: list[tuple[str, Any]] = []
@@ -155,6 +176,7 @@ def _run_page(directory: Path) -> str:
         "run",
         directory,
         [
+            _deployment(run.config),
             _scenario(name, run.config_text),
             findings_section(run_findings(summary)),
             plots,
@@ -272,6 +294,10 @@ def _compare_page(directory: Path) -> str:
         "compare",
         directory,
         [
+            _deployment(
+                first.config if first is not None else {},
+                {key: f"varies: {', '.join(variants)}" for key in differing},
+            ),
             _scenario(name, first.config_text if first is not None else None, extra=extra),
             findings_section(compare_findings(table, column), per_variant),
             section("plots", "Plots", *figures),
@@ -319,11 +345,13 @@ def _sweep_page(directory: Path) -> str:
         ("runs", f"{runs}, {failed} failed)"),
         ("target", meta.get("target") or "none"),
     ]
+    swept = {k: "swept: " + ", ".join(setting(v) for v in values) for k, values in grid.items()}
     return page(
         name,
         "sweep",
         directory,
         [
+            _deployment(read_config(directory)[1], swept),
             _scenario(
                 name,
                 yaml.safe_dump(meta, sort_keys=False),
@@ -336,7 +364,9 @@ def _sweep_page(directory: Path) -> str:
                 "summary",
                 "Summary",
                 "<p>Mean over seeds per grid point, ± the half-width of its 95 % Student-t "
-                "interval (hover for the ends; points.csv has every metric).</p>",
+                "interval, or the interval's ends where it is cut at the quantity's range (a "
+                "count or size is never negative, a rate never above 1); hover for the ends; "
+                "points.csv has every metric.</p>",
                 html_table("summary", header, rows, range(1 + len(keys), len(header))),
             ),
             _provenance(meta, provenance),
@@ -359,18 +389,22 @@ def _capacity_page(directory: Path) -> str:
     metric = parse_target(target)[0]
     name = str(answer.get("scenario", directory.name))
     found = answer.get("answer")
+    failing = answer.get("largest_failing")
+    config = read_config(directory)[1]
+    answered = answer_text(param, found, failing, config)
     search_rows = [
         ["parameter", param],
         ["target", target],
         ["seeds per value", number(answer.get("seeds"))],
-        ["answer", param_value(found) if found is not None else "none in range"],
-        ["largest failing value", param_value(answer.get("largest_failing"))],
+        *_relative_rows(answer, param),
+        ["answer", answered],
+        ["largest failing value", quantity_text(param, failing)],
         ["statement", answer.get("statement", "")],
     ]
     suffix = "" if metric_unit(metric) == "count" else f" ({metric_unit(metric)})"
     eval_rows = [
         [
-            param_value(r["value"]),
+            quantity_text(param, r["value"]),
             number(r["n"]),
             cell(metric, r["mean"]),
             cell(metric, r["ci_low"]),
@@ -385,11 +419,13 @@ def _capacity_page(directory: Path) -> str:
         f"<h3>Evaluations of {esc(param)}</h3>",
         html_table("evaluations", [*eval_header, "failed runs"], eval_rows, range(0, 7)),
     ]
-    at_answer = _at_answer(directory, param, found)
+    at_answer = _at_answer(directory, param, found, metric)
     if at_answer:
         summary += [
-            f"<h3>At the answer, {esc(param)} = {esc(param_value(found))}</h3>",
-            "<p>Mean over its seeds with the 95 % interval (from the runs in tasks/).</p>",
+            f"<h3>At the answer, {esc(param)} = {esc(quantity_text(param, found))}</h3>",
+            "<p>What the sized pool stored and moved, what storage restored and what a request "
+            "waited, as the mean over the answer's seeds with its 95 % interval (from the runs "
+            "in tasks/); the loop keys follow where any run had a loop.</p>",
             html_table("at-answer", ["key", "mean (95 % CI)", "unit"], at_answer, range(1, 2)),
         ]
     png = existing_png(directory, "capacity") or render_png(capacity_figure(directory))
@@ -399,20 +435,38 @@ def _capacity_page(directory: Path) -> str:
         "capacity",
         directory,
         [
+            _deployment(config, {param: f"sized by the search: {answered}"}),
             _scenario(
                 name,
                 yaml.safe_dump(answer, sort_keys=False),
                 "Capacity answer (capacity.json)",
                 ["<h3>Search</h3>", html_table("search", ["item", "value"], search_rows)],
             ),
-            findings_section(capacity_findings(answer, evaluations)),
+            findings_section(capacity_findings(answer, evaluations, config)),
             section("plots", "Plots", png_figure(png, caption)),
             section("summary", "Summary", *summary),
         ],
     )
 
 
-def _at_answer(directory: Path, param: str, value: Any) -> list[list[Any]]:
+def _relative_rows(answer: Mapping[str, Any], param: str) -> list[list[Any]]:
+    """A relative target as asked, and the reference point whose mean made it absolute."""
+    reference = answer.get("reference")
+    if not isinstance(reference, dict) or not answer.get("requested_target"):
+        return []
+    value = reference.get("value")
+    at = "unbounded (null)" if value is None else quantity_text(param, value)
+    return [
+        ["requested target", answer["requested_target"]],
+        [
+            "reference point",
+            f"{param} = {at}: mean {number(reference.get('mean'))} over "
+            f"{number(reference.get('n'))} seeds",
+        ],
+    ]
+
+
+def _at_answer(directory: Path, param: str, value: Any, metric: str) -> list[list[Any]]:
     """Key metrics over the seeds of the answer's runs (kept in tasks/), mean and interval."""
     if value is None or not (directory / TASKS).is_dir():
         return []
@@ -424,11 +478,40 @@ def _at_answer(directory: Path, param: str, value: Any) -> list[list[Any]]:
     if not summaries:
         return []
     rows = []
-    for key in sweep_metrics(None):
+    keys = at_answer_keys(summaries)
+    for key in keys + ([metric] if metric not in keys else []):
         values = [s[key] for s in summaries if s.get(key) is not None]
         if values:
-            rows.append([key, interval(key, confidence(values)), metric_unit(key)])
+            rows.append([key, interval(key, confidence(values, key=key)), metric_unit(key)])
     return rows
+
+
+SIZED_KEYS = (
+    "l3_loaded_rate",
+    "read_transfer_bytes",
+    "written_bytes",
+    "ttft_p50_s",
+    "ttft_p99_s",
+)
+"""What a capacity answer is about, after each pool's stored bytes: restored share, traffic,
+and the time to first token."""
+LOOP_KEYS = ("prefetch_discarded", "loops", "heal_rate", "wasted_read_bytes", "rewrite_pages")
+
+
+def at_answer_keys(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each pool's stored bytes, then SIZED_KEYS, then the loop keys only where a run has a
+    nonzero value (a table of zeros says nothing about what was sized)."""
+    keys = sorted(
+        {
+            k
+            for s in summaries
+            for k in s
+            if k.startswith("storage_") and k.endswith("_stored_bytes")
+        }
+    )
+    keys += [k for k in SIZED_KEYS if any(k in s for s in summaries)]
+    keys += [k for k in LOOP_KEYS if any(s.get(k) for s in summaries)]
+    return keys
 
 
 BUILDERS: dict[str, Callable[[Path], str]] = {

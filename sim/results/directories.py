@@ -19,6 +19,7 @@ from pathlib import Path
 from sim.results.layout import (
     CAPACITY,
     COMPARISON,
+    CONFIG,
     EVALUATIONS,
     RUNS,
     SUMMARY,
@@ -283,8 +284,9 @@ def _not_capacity_of(target: Path, name: str) -> str | None:
 
 
 def _capacity_entry(name: str) -> bool:
-    """A file a capacity search writes: its tables, answer, marker, plots and report."""
-    return name in (TASKS, MARKER, CAPACITY, EVALUATIONS) or name.endswith(
+    """A file a capacity search writes: its tables, answer, marker, resolved configuration,
+    plots and report."""
+    return name in (TASKS, MARKER, CAPACITY, EVALUATIONS, CONFIG) or name.endswith(
         (".png", ".svg", ".html", ".tmp")
     )
 
