@@ -14,6 +14,7 @@ LAYERS = (
         "sim.registry",
         "sim.units",
         "sim.documents",
+        "sim.safe_io",
         "sim.stats",
         "sim.results.layout",
         "sim.results.directories",

@@ -27,7 +27,7 @@ from sim.results.layout import (
     TASKS,
     VARIANTS,
 )
-from sim.safe_io import read_text_bounded
+from sim.safe_io import check_regular, read_text_bounded
 from sim.spec import ScenarioError
 
 
@@ -219,10 +219,12 @@ def check_sweep_out(target: Path, name: str, planned: set[str] | None = None) ->
 def _finished_keys(target: Path) -> set[str]:
     """The task keys of a finished sweep's runs.parquet (none when it is missing or damaged:
     the tables are rebuilt from tasks/ then, which loses nothing)."""
-    from sim.outputs.files import read_table
+    import pyarrow.parquet as pq
 
+    path = target / RUNS
     try:
-        keys = read_table(target / RUNS)["key"]
+        check_regular(path)
+        keys = pq.read_table(path, columns=["key"]).column("key").to_pylist()
     except (OSError, ValueError, KeyError):
         return set()
     return {key for key in keys if isinstance(key, str)}
