@@ -72,6 +72,9 @@ def test_one_axis_agrees_with_capacity_scan_and_bisection(work: Path) -> None:
             (ev.mean, ev.ci_low, ev.ci_high), nan_ok=True
         )
         assert point.meets_all == ev.meets
+    assert {p.name for p in (work / "plan" / "tasks").glob("*.json")} == {
+        p.name for p in (work / "cap" / "tasks").glob("*.json")
+    }, "the very same run documents"
 
     bisected = CapacitySearch(
         scenario, "plan.yaml", SWA, TARGET, SEEDS, work / "bis", executor="serial", progress=False
