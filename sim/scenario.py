@@ -45,6 +45,7 @@ from sim.sections import (
     MAX_DURATION_S,
     ClusterSpec,
     ComputeSpec,
+    CostsSpec,
     DeviceSpec,
     ExistenceCacheSpec,
     HardwareSpec,
@@ -61,6 +62,7 @@ from sim.sections import (
     list_every_storage_pool,
     one_of,
     pool_map,
+    priced,
     profile_names,
     tagged,
 )
@@ -70,6 +72,7 @@ from sim.spec import (
     KeyedError,
     NonNegFloat,
     NonNegInt,
+    PositiveFloat,
     ScenarioError,
     Strict,
 )
@@ -125,6 +128,8 @@ class Scenario(Strict):
     workload: WorkloadSpec
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     sweep: SweepSpec | None = None
+    costs: CostsSpec | None = None
+    """Prices for `hicache-sim plan`; like `sweep`, not part of what a run simulates."""
     _sources: Sources = PrivateAttr(default_factory=Sources)
     _written: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -362,6 +367,13 @@ def _schema(*versions: int) -> type[Scenario]:
             Field(default_factory=ROUTERS[DEFAULT_ROUTER]),
         ),
     )
+    costs: Any = create_model(
+        "CostsSpec",
+        __base__=CostsSpec,
+        __doc__=CostsSpec.__doc__,
+        gpu_hour_usd=(priced(GPUS, PositiveFloat), Field(default_factory=dict)),
+        storage_gb_month_usd=(priced(POOL_KINDS, NonNegFloat), Field(default_factory=dict)),
+    )
     workload = tagged(WORKLOAD_KINDS, "kind")
     return cast(
         type[Scenario],
@@ -378,6 +390,7 @@ def _schema(*versions: int) -> type[Scenario]:
             heal=(one_of(RULES), default(Scenario, "heal")),
             workload=(workload, ...),
             cluster=(cluster, Field(default_factory=cluster)),
+            costs=(costs | None, None),
         ),
     )
 
@@ -573,11 +586,18 @@ def point_document(
     follow the new values as they would in the file."""
     doc = scenario.written
     doc.pop("sweep", None)
+    doc.pop("costs", None)
     for key, value in values:
         apply_override(doc, key, value, source=source)
     return doc
 
 
 def scenario_document(scenario: Scenario) -> dict[str, Any]:
-    """The fully resolved scenario as plain data, defaults included (for config.resolved.yaml)."""
-    return scenario.model_dump(mode="json", exclude_none=False)
+    """The fully resolved scenario as plain data, defaults included (for config.resolved.yaml).
+
+    A scenario without prices has no `costs` key, so the documents (and the task hashes a sweep
+    resumes by) of scenarios written before the section existed are unchanged."""
+    doc = scenario.model_dump(mode="json", exclude_none=False)
+    if doc.get("costs") is None:
+        doc.pop("costs", None)
+    return doc

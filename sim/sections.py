@@ -28,6 +28,7 @@ from sim.spec import (
     KeyedError,
     NonNegFloat,
     NonNegInt,
+    PositiveFloat,
     PositiveInt,
     Probability,
     Strict,
@@ -316,6 +317,18 @@ class HardwareSpec(Strict):
     """Cost of one copy beyond its bytes (`direct` io)."""
 
 
+class CostsSpec(Strict):
+    """`costs:` — the prices `hicache-sim plan` ranks deployments by; no run reads them, and
+    none has a default: every figure is the user's (a plan without one names the key)."""
+
+    gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
+    """$ per GPU-hour by GPU preset (`hardware.gpu`); a server costs `server.tp_size` GPUs."""
+    storage_gb_month_usd: dict[str, NonNegFloat] = Field(default_factory=dict)
+    """$ per GB-month of each storage pool's capacity (`storage.pools.<pool>.capacity_gb`)."""
+    note: Annotated[str, Field(max_length=500)] | None = None
+    """Where the figures come from (the shipped examples say they are illustrative)."""
+
+
 VariantLabel = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,79}$")]
 
 
@@ -377,6 +390,11 @@ def one_of(registry: Registry[Any]) -> Any:
 def pool_map() -> Any:
     """`dict[Literal[pool names], StoragePoolSpec]`: `storage.pools` names only known pools."""
     return dict[one_of(POOL_KINDS), StoragePoolSpec]  # type: ignore[misc]
+
+
+def priced(registry: Registry[Any], price: Any) -> Any:
+    """`dict[Literal[registry names], price]`: a price list names only known GPUs or pools."""
+    return dict[one_of(registry), price]  # type: ignore[misc]
 
 
 def default(model: type[Strict], field: str) -> Any:

@@ -17,7 +17,9 @@ from sim.scenario import build_scenario, load_scenario
 from tests.conftest import REPO, make_doc
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-COMMAND = re.compile(r"hicache-sim (?:run|compare|sweep|capacity|validate) (\S+\.yaml)([^`\n]*)")
+COMMAND = re.compile(
+    r"hicache-sim (?:run|compare|sweep|capacity|plan|validate) (\S+\.yaml)([^`\n]*)"
+)
 
 
 def _commands() -> list[tuple[str, str, list[str]]]:
@@ -62,7 +64,7 @@ def test_the_deployment_example_runs_and_resolves_as_shown() -> None:
         assert line in resolved.splitlines(), line
 
 
-@pytest.mark.parametrize("page", ["scenarios.md", "sweeps.md"])
+@pytest.mark.parametrize("page", ["scenarios.md", "sweeps.md", "plan.md"])
 def test_every_yaml_fragment_validates_in_a_scenario(page: str) -> None:
     """A fragment (a `model:` or `sweep:` section) validates merged into a small scenario."""
     for block in _yaml_blocks(page):

@@ -23,7 +23,15 @@ LAYERS = (
     ("sim.scenario", "sim.sections", "sim.errors"),
     ("sim.engine",),
     ("sim.runner", "sim.outputs", "sim.results.reading"),
-    ("sim.sweep", "sim.capacity", "sim.variants", "sim.pool", "sim.calibrate", "sim.results"),
+    (
+        "sim.sweep",
+        "sim.capacity",
+        "sim.plan",
+        "sim.variants",
+        "sim.pool",
+        "sim.calibrate",
+        "sim.results",
+    ),
     ("sim.cli", "sim.__main__", "sim"),
 )
 """Lowest first: a module may import from its own layer and those below."""

@@ -20,6 +20,7 @@ KIND_TITLES = {
     "compare": "comparison",
     "sweep": "sweep",
     "capacity": "capacity answer",
+    "plan": "plan",
 }
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DPI = 110

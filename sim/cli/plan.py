@@ -1,0 +1,108 @@
+"""The `plan` command: the cheapest deployment that meets every target (sim.plan)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sim.cli.app import RESULTS_ROOT, bad_input, cli, drawn, load, out_option, set_option
+from sim.results.directories import only_writer
+from sim.results.layout import TASKS
+
+
+@cli.command("plan")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option(
+    "--axis",
+    "axes",
+    multiple=True,
+    metavar="KEY=A,B,...",
+    help="A dotted key and its values to search (repeatable), e.g. cluster.instances=1,2,4,8 "
+    "or storage.pools.kv.capacity_gb=500GB,1TB.",
+)
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    help="METRIC>=VALUE or METRIC<=VALUE (repeatable; every one must be met), e.g. ttft_p99_s<=2.",
+)
+@click.option("--seeds", type=click.IntRange(min=2), default=3, show_default=True)
+@click.option("--executor", type=click.Choice(["serial", "process", "dask"]), default="process")
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+@out_option
+@set_option
+@click.option(
+    "--force", is_flag=True, help="Replace an existing --out that is not a plan of this scenario."
+)
+@bad_input
+def plan_cmd(
+    scenario: str,
+    axes: tuple[str, ...],
+    targets: tuple[str, ...],
+    seeds: int,
+    executor: str,
+    workers: int | None,
+    out: Path | None,
+    overrides: tuple[str, ...],
+    force: bool,
+) -> None:
+    """The cheapest deployment of the --axis grid meeting every --target with 95 % confidence.
+
+    Prices come from the scenario's costs: section. Every argument and every point's price is
+    checked before the first run; a refused one exits 2 and writes nothing.
+    """
+    from sim.outputs.plan import plot_plan, write_plan_page
+    from sim.plan import PlanSearch, check_plan_out, parse_axis
+    from sim.results.directories import default_out
+    from sim.sweep import finished_runs
+
+    sc = load(scenario, overrides)
+    target_dir = out or default_out(RESULTS_ROOT, sc.name, "plan")
+    search = PlanSearch(
+        sc,
+        scenario,
+        [parse_axis(text) for text in axes],
+        list(targets),
+        seeds,
+        target_dir,
+        executor=executor,
+        workers=workers,
+    )
+    check_plan_out(target_dir, sc.name, force)  # after every check: --force may replace it
+    points = search.runs // seeds
+    click.echo(
+        f"{points} deployments × {seeds} seeds = {search.runs} runs into {target_dir}", err=True
+    )
+    with only_writer(target_dir):
+        try:
+            answer = search.run()
+        except KeyboardInterrupt:
+            click.echo(
+                f"interrupted after {finished_runs(target_dir / TASKS)} finished runs; they are "
+                f"kept in {target_dir / TASKS} and a rerun with --out {target_dir} reuses them",
+                err=True,
+            )
+            sys.exit(130)
+        tables = search.save(answer)
+    doc = search.document(answer)
+    for point in sorted(answer.points, key=lambda p: (p.cost_usd_per_hour, p.point)):
+        where = " ".join(f"{k}={v}" for k, v in point.values.items())
+        verdicts = "; ".join(
+            f"{t.metric} {point.stats[t.metric]['mean']:.4g} "
+            f"[{point.stats[t.metric]['ci_low']:.4g}, {point.stats[t.metric]['ci_high']:.4g}]"
+            for t in answer.targets
+        )
+        verdict = "meets" if point.meets_all else "fails"
+        click.echo(f"${point.cost_usd_per_hour:,.2f}/h {where}: {verdicts} n={point.n} {verdict}")
+    click.echo(answer.describe())
+    for path in drawn(lambda d: plot_plan(d, tables, doc), target_dir):
+        click.echo(f"wrote {path}")
+    for path in drawn(lambda d: [write_plan_page(d, tables, doc)], target_dir):
+        click.echo(f"wrote {path}")
+    failed = sum(p.errors for p in answer.points)
+    click.echo(f"evidence in {target_dir}")
+    if failed:
+        click.echo(f"{failed} runs failed (their errors are in {target_dir / TASKS})", err=True)
+        raise SystemExit(1)

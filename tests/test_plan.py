@@ -1,0 +1,246 @@
+"""`hicache-sim plan`: the cheapest deployment meeting every target with 95 % confidence. On one
+axis it answers as `capacity` does; on two its answer meets every target and no cheaper
+evaluated deployment does; prices come only from `costs:` (a missing one exits 2 naming its
+key, before any run); the outputs are written and a rerun reuses the runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+import sim.plan
+from sim.capacity import CapacitySearch
+from sim.plan import HOURS_PER_MONTH, PlanSearch, pareto
+from sim.scenario import build_scenario, load_scenario, scenario_document
+from sim.sweep import plan as sweep_plan
+from sim.sweep import sweep_seeds
+from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, ok
+
+SWA = "storage.pools.swa.capacity_gb"
+VALUES = [0.02, 0.05, 0.1, 0.2, 0.4]
+TARGET = "discard_rate<=0.2"
+SEEDS = 2
+COSTS = {
+    "gpu_hour_usd": {"h200": 3.0},
+    "storage_gb_month_usd": {"kv": 0.1, "swa": 730.0},
+    "note": "test figures",
+}
+"""An SWA GB-month at 730 $ is 1 $ an hour a GB: storage costs are easy to check by hand."""
+
+
+def priced_doc(**overrides: Any) -> dict[str, Any]:
+    doc = make_doc(**TINY_SWEEP, **overrides)
+    doc["hardware"] = {"gpu": "h200"}
+    doc["storage"]["pools"] = {"kv": {"capacity_gb": 1.0}, "swa": {"capacity_gb": 0.1}}
+    doc["costs"] = json.loads(json.dumps(COSTS))
+    return doc
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(priced_doc(), sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def search(path: Path, axes: list[tuple[str, list[Any]]], targets: list[str], out: Path) -> Any:
+    scenario = load_scenario(path)
+    return PlanSearch(scenario, str(path), axes, targets, SEEDS, out, executor="serial")
+
+
+def test_one_axis_agrees_with_capacity_scan_and_bisection(work: Path) -> None:
+    """The same answer, means and intervals as `capacity --values` over the same values, and
+    the same answer as `capacity --range` when planned over the values that bisection tried."""
+    scenario = load_scenario(work / "plan.yaml")
+    cap = CapacitySearch(
+        scenario, "plan.yaml", SWA, TARGET, SEEDS, work / "cap", executor="serial", progress=False
+    )
+    scanned = cap.scan(VALUES)
+    assert scanned.answer is not None and scanned.answer > VALUES[0], "a non-trivial answer"
+    planned = search(work / "plan.yaml", [(SWA, VALUES)], [TARGET], work / "plan").run()
+    assert planned.answer is not None
+    assert planned.answer.values[SWA] == scanned.answer
+    for ev, point in zip(scanned.evaluations, planned.points, strict=True):
+        stats = point.stats["discard_rate"]
+        assert point.values[SWA] == ev.value
+        assert (stats["mean"], stats["ci_low"], stats["ci_high"]) == pytest.approx(
+            (ev.mean, ev.ci_low, ev.ci_high), nan_ok=True
+        )
+        assert point.meets_all == ev.meets
+    assert {p.name for p in (work / "plan" / "tasks").glob("*.json")} == {
+        p.name for p in (work / "cap" / "tasks").glob("*.json")
+    }, "the very same run documents"
+
+    bisected = CapacitySearch(
+        scenario, "plan.yaml", SWA, TARGET, SEEDS, work / "bis", executor="serial", progress=False
+    ).bisect(0.02, 0.4, 0.05)
+    tried = [e.value for e in bisected.evaluations]
+    assert len(tried) > 2
+    on_tried = search(work / "plan.yaml", [(SWA, tried)], [TARGET], work / "plan2").run()
+    assert on_tried.answer is not None and on_tried.answer.values[SWA] == bisected.answer
+
+
+def test_two_axes_answer_meets_every_target_and_nothing_cheaper_does(work: Path) -> None:
+    targets = [TARGET, "l3_loaded_rate>=0.05"]
+    axes = [("cluster.instances", [1, 2]), (SWA, [0.02, 0.05, 0.2])]
+    answer = search(work / "plan.yaml", axes, targets, work / "out").run()
+    assert len(answer.points) == 6 and answer.answer is not None
+    best = answer.answer
+    assert best.meets_all
+    assert best.stats["discard_rate"]["ci_high"] <= 0.2
+    assert best.stats["l3_loaded_rate"]["ci_low"] >= 0.05
+    cheaper = [p for p in answer.points if p.cost_usd_per_hour < best.cost_usd_per_hour]
+    assert cheaper, "some cheaper deployment was evaluated (and failed)"
+    assert not any(p.meets_all for p in cheaper)
+    assert any(p.meets_all for p in answer.points if p is not best), "not the only one meeting"
+    for p in answer.points:  # the price, by hand: GPUs at 3 $/h, KV 1 GB, SWA at 1 $/h a GB
+        servers = p.values["cluster.instances"]
+        hand = servers * 3.0 + 1.0 * 0.1 / HOURS_PER_MONTH + p.values[SWA] * 1.0
+        assert p.gpus == servers and p.cost_usd_per_hour == pytest.approx(hand)
+
+
+def test_tensor_parallel_servers_cost_their_gpus(work: Path) -> None:
+    answer = search(
+        work / "plan.yaml", [("server.tp_size", [2])], [TARGET], work / "tp"
+    ).prices  # priced before anything runs
+    ((gpus, cost),) = answer.values()
+    assert gpus == 2 and cost == pytest.approx(2 * 3.0 + 0.1 / HOURS_PER_MONTH + 0.1)
+
+
+def test_cli_writes_the_answer_frontier_plot_and_page_and_a_rerun_reuses(work: Path) -> None:
+    args = ["plan", "plan.yaml", "--axis", "cluster.instances=1,2", "--axis", f"{SWA}=20MB,0.2"]
+    args += ["--target", TARGET, "--seeds", "2", "--executor", "serial", "--out", "out"]
+    result = ok(invoke(*args))
+    assert "cheapest: cluster.instances=1, storage.pools.swa.capacity_gb=0.2" in result.output
+    out = work / "out"
+    saved = json.loads((out / "plan.json").read_text())
+    assert saved["statement"] in result.output and saved["targets"] == [TARGET]
+    assert saved["axes"] == {"cluster.instances": [1, 2], SWA: [0.02, 0.2]}
+    evaluations = pd.read_csv(out / "evaluations.csv")
+    assert len(evaluations) == 4 and evaluations["answer"].sum() == 1
+    frontier = pd.read_csv(out / "frontier.csv")
+    assert set(frontier["metric"]) == {"ttft_p99_s", "l3_loaded_rate"}
+    for metric, sign in (("ttft_p99_s", -1), ("l3_loaded_rate", 1)):
+        line = frontier[frontier["metric"] == metric]
+        assert line["cost_usd_per_hour"].is_monotonic_increasing
+        assert (sign * line["mean"]).is_monotonic_increasing, "each step buys a better metric"
+    assert is_png(out / "frontier.png") and (out / "report.html").is_file()
+    assert "cheapest:" in (out / "report.html").read_text()
+    tasks = sorted(p.name for p in (out / "tasks").glob("*.json"))
+    stamps = [(out / "tasks" / name).stat().st_mtime_ns for name in tasks]
+    ok(invoke(*args))  # the same plan again: every run reused
+    assert [(out / "tasks" / name).stat().st_mtime_ns for name in tasks] == stamps
+
+
+def test_prices_do_not_change_the_runs(work: Path) -> None:
+    """A repriced plan reuses every run: the task documents carry no prices, and a scenario
+    without prices resolves to the document it did before the section existed."""
+    priced = load_scenario(work / "plan.yaml")
+    doc = priced_doc()
+    doc["costs"]["gpu_hour_usd"]["h200"] = 9.0
+    repriced = build_scenario(doc, "<repriced>")
+    del doc["costs"]
+    unpriced = build_scenario(doc, "<unpriced>")
+    assert "costs" not in scenario_document(unpriced)
+    keys = [
+        [t.key for t in sweep_plan(s.model_copy(update={"sweep": _sweep()}), "x")]
+        for s in (priced, repriced, unpriced)
+    ]
+    assert keys[0] == keys[1] == keys[2]
+    assert all(
+        "costs" not in t.doc for t in sweep_plan(priced.model_copy(update={"sweep": _sweep()}), "x")
+    )
+    assert sweep_seeds(priced.seed, 2) == sweep_seeds(unpriced.seed, 2)
+
+
+def _sweep() -> Any:
+    from sim.scenario import SweepSpec
+
+    return SweepSpec(seeds=2, grid={SWA: [0.1, 0.2]})
+
+
+@pytest.fixture
+def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a simulation ran before the plan was checked")
+
+    monkeypatch.setattr(sim.plan, "compute", refuse)
+
+
+def _plan_with(work: Path, doc: dict[str, Any], *extra: str) -> Any:
+    (work / "bad.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    args = ["plan", "bad.yaml", "--axis", f"{SWA}=0.1,0.2", "--target", TARGET, "--out", "o"]
+    return invoke(*args, *extra)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda d: d.pop("costs"), "bad.yaml: costs:"),
+        (lambda d: d["costs"]["gpu_hour_usd"].clear(), "bad.yaml: costs.gpu_hour_usd.h200:"),
+        (
+            lambda d: d["costs"]["storage_gb_month_usd"].pop("kv"),
+            "bad.yaml: costs.storage_gb_month_usd.kv:",
+        ),
+        (lambda d: d["costs"]["gpu_hour_usd"].update(h2000=1.0), "costs.gpu_hour_usd.h2000"),
+        (lambda d: d["costs"]["gpu_hour_usd"].update(h200=0), "costs.gpu_hour_usd.h200"),
+        (lambda d: d["costs"].update(gpu_hours=1), "costs.gpu_hours"),
+        (lambda d: d["hardware"].clear(), "bad.yaml: hardware.gpu:"),
+        (
+            lambda d: d["storage"]["pools"]["kv"].update(capacity_gb=None),
+            "bad.yaml: storage.pools.kv.capacity_gb: is unbounded",
+        ),
+    ],
+)
+def test_missing_or_bad_prices_exit_2_naming_the_key(
+    work: Path, no_runs: None, change: Any, named: str
+) -> None:
+    doc = priced_doc()
+    change(doc)
+    result = _plan_with(work, doc)
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert named in result.stderr and "Traceback" not in result.stderr
+    assert not (work / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--axis", "storage.pools.kv.capacity_gb=-1"], "capacity_gb=-1 is refused"),
+        (["--axis", "cluster.instance=1,2"], "--axis"),
+        (["--axis", "costs.gpu_hour_usd.h200=1,2"], "not part of a deployment"),
+        (["--axis", "cluster.instances"], "KEY=A,B"),
+        (["--axis", f"{SWA}=0.3"], "given twice"),
+        (["--target", "nonsense<=1"], "unknown metric"),
+    ],
+)
+def test_bad_axes_and_targets_exit_2_before_any_run(
+    work: Path, no_runs: None, args: list[str], said: str
+) -> None:
+    result = _plan_with(work, priced_doc(), *args)
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert said in result.stderr and "Traceback" not in result.stderr
+    assert not (work / "o").exists()
+
+
+def test_an_out_that_is_not_a_plan_is_refused(work: Path, no_runs: None) -> None:
+    (work / "o").mkdir()
+    (work / "o" / "mine.txt").write_text("keep me")
+    result = _plan_with(work, priced_doc())
+    assert result.exit_code == 2 and "not a plan directory" in result.stderr
+    assert (work / "o" / "mine.txt").read_text() == "keep me"
+
+
+def test_pareto_keeps_only_undominated_points() -> None:
+    from sim.plan import Point
+
+    def point(i: int, cost: float, ttft: float) -> Point:
+        return Point(i, {}, 1, cost, 2, 0, {"ttft_p99_s": {"mean": ttft}})
+
+    points = [point(0, 1, 5), point(1, 2, 6), point(2, 2, 3), point(3, 3, 3), point(4, 4, 1)]
+    assert [p.point for p in pareto(points, "ttft_p99_s", "<=")] == [0, 2, 4]
