@@ -637,7 +637,7 @@ class Server:
                 yield self._host_freed_event()
                 continue
             pending.popleft()
-            path.stage(intent)
+            path.dequeue(intent)
             yield env.timeout(self.model.timing.staging_s(spec))
             self.backlog.put(HeldWrite(spec, kv_pages, windows))
 

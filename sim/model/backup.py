@@ -349,6 +349,11 @@ class WritePath:
         if self.buffer_only:
             self.queued_pages -= len(intent.pages)
 
+    def dequeue(self, intent: BackupIntent) -> None:
+        """buffer_only mode: take the queue's head off the queue as it is staged, once
+        `head_verdict` passed it and its `spec` was taken (the node is on the device now)."""
+        self._unqueue(intent)
+
     def stage(self, intent: BackupIntent) -> StagedWrite | None:
         """Take a queued write off the queue: None (and released) when, in buffer_only mode, its
         node left the device; else what `spec` gives."""
