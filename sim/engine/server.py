@@ -18,6 +18,7 @@ from typing import Any
 
 import simpy
 
+from sim.engine.backlog import Backlog
 from sim.engine.job import Job
 from sim.engine.links import Link
 from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
@@ -80,7 +81,7 @@ class Server:
         self.running: dict[int, Job] = {}
         self.pending_writes: deque[BackupIntent] = deque()
         """buffer_only mode: offered writes waiting to be staged, in order."""
-        self.backlog: simpy.Store = simpy.Store(self.env)
+        self.backlog = Backlog(self.env)
         """Writes for the storage writer: staged ones (buffer_only) or intents (cache mode)."""
         self.read_channel = simpy.Resource(self.env, capacity=1)
         """Prefetches share one storage read channel; the one writer needs no channel."""
