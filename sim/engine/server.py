@@ -677,18 +677,20 @@ class Server:
         windows = {
             name: len(keys) for name, keys in spec.aux_keys.items() if name in staging and keys
         }
-        if spec.staging_pages > self.host.capacity_pages or any(
-            pages > staging[name].write_limit_pages for name, pages in windows.items()
-        ):
+        if spec.staging_pages > self.host.capacity_pages:
             return None
+        for name, pages in windows.items():
+            if pages > staging[name].write_limit_pages:
+                return None
         return windows
 
     def _take_write_staging(self, kv_pages: int, windows: dict[str, int]) -> bool:
         """Stage a write: host pages for its KV, and its aux tails where each pool keeps its
         loads margin free (SGLang waits at the head of the write queue otherwise)."""
         staging = self.prefetcher.aux_staging
-        if any(staging[name].write_blocked(pages) for name, pages in windows.items()):
-            return False
+        for name, pages in windows.items():
+            if staging[name].write_blocked(pages):
+                return False
         if not self.host.alloc_backup(kv_pages):
             return False
         for name, pages in windows.items():

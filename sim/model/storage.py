@@ -292,8 +292,8 @@ class StoragePool:
         n = len(keys)
         window = self.put_outage_s
         outage = window is not None and window[0] <= now_s < window[1]
-        fails = None if outage else self._draws(n, self.put_fail_prob)
-        torn = None if outage else self._draws(n, self.torn_put_prob)
+        fails = None if outage or self.put_fail_prob <= 0.0 else self._draws(n, self.put_fail_prob)
+        torn = None if outage or self.torn_put_prob <= 0.0 else self._draws(n, self.torn_put_prob)
         objects, stale, log = self._objects, self._stale, self.access_log
         if not self.write_dedup:
             return self._overwrite(keys, now_s, client, outage, fails, torn)
