@@ -71,7 +71,7 @@ def main() -> None:
         profiler.disable()
     wall = time.perf_counter() - started
     requests = len(result.tables["requests"])
-    events = result.summary["events"]
+    events = result.summary["events"] or sum(kinds.values())
     print(f"{args.scenario}: {requests:,} requests, {events:,} events, {wall:.2f} s here")
     print(f"events per request: {events / requests:.1f}")
     if kinds:
