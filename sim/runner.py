@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +51,8 @@ def run(
     cluster = build_cluster(scenario, workload, storage_trace=storage_trace)
     sim = Simulation(cluster, on_progress=on_progress)
     try:
-        sim.run()
+        with _collecting_rarely():
+            sim.run()
     except KeyboardInterrupt:
         raise RunInterrupted(
             f"{scenario.name} interrupted at simulated time {sim.env.now:.1f} s "
@@ -76,6 +79,28 @@ def run(
     tables["instances"] = _instance_summaries(sim, tables, aux_pools, page_size)
     summary.update(cluster_summary(tables["instances"]))
     return RunResult(scenario, in_key_order(summary), tables, loops)
+
+
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The cycle collector's thresholds while a simulation runs (Python's default: 700, 10, 10)."""
+
+
+@contextmanager
+def _collecting_rarely() -> Iterator[None]:
+    """Run the cycle collector rarely while simulating.
+
+    A run allocates millions of short-lived objects (events, tuples, rows) beside a few large
+    long-lived structures (trees, heaps, pools, beliefs); at the default thresholds the collector
+    ran about 1,900 young and 15 full collections on 100,000 requests, each full one walking all
+    of them: about 7 % of the run. The collector only frees unreachable cycles, so nothing
+    simulated depends on when it runs; the young threshold bounds the garbage it lets wait.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def _cluster_tables(sim: Simulation) -> dict[str, pd.DataFrame]:

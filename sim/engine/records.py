@@ -298,10 +298,14 @@ class Records:
         aux_ok: Mapping[str, Sequence[bool]] | None = None,
     ) -> None:
         """A write row with each aux pool's object count and failed puts."""
+        if not self.aux:
+            self.writes.append(row)
+            return
         cells: list[int] = []
         for name in self.aux:
-            oks = (aux_ok or {}).get(name, ())
-            cells += [len((aux_keys or {}).get(name, ())), len(oks) - sum(oks)]
+            oks = aux_ok.get(name, ()) if aux_ok else ()
+            keys = aux_keys.get(name, ()) if aux_keys else ()
+            cells += [len(keys), len(oks) - sum(oks)]
         self.writes.append((*row, *cells))
 
     def add_sample(

@@ -18,6 +18,7 @@ from typing import Any
 
 import simpy
 
+from sim.engine.backlog import Backlog
 from sim.engine.job import Job
 from sim.engine.links import Link
 from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
@@ -80,7 +81,7 @@ class Server:
         self.running: dict[int, Job] = {}
         self.pending_writes: deque[BackupIntent] = deque()
         """buffer_only mode: offered writes waiting to be staged, in order."""
-        self.backlog: simpy.Store = simpy.Store(self.env)
+        self.backlog = Backlog(self.env)
         """Writes for the storage writer: staged ones (buffer_only) or intents (cache mode)."""
         self.read_channel = simpy.Resource(self.env, capacity=1)
         """Prefetches share one storage read channel; the one writer needs no channel."""
@@ -637,7 +638,7 @@ class Server:
                 yield self._host_freed_event()
                 continue
             pending.popleft()
-            path.stage(intent)
+            path.dequeue(intent)
             yield env.timeout(self.model.timing.staging_s(spec))
             self.backlog.put(HeldWrite(spec, kv_pages, windows))
 
@@ -676,18 +677,20 @@ class Server:
         windows = {
             name: len(keys) for name, keys in spec.aux_keys.items() if name in staging and keys
         }
-        if spec.staging_pages > self.host.capacity_pages or any(
-            pages > staging[name].write_limit_pages for name, pages in windows.items()
-        ):
+        if spec.staging_pages > self.host.capacity_pages:
             return None
+        for name, pages in windows.items():
+            if pages > staging[name].write_limit_pages:
+                return None
         return windows
 
     def _take_write_staging(self, kv_pages: int, windows: dict[str, int]) -> bool:
         """Stage a write: host pages for its KV, and its aux tails where each pool keeps its
         loads margin free (SGLang waits at the head of the write queue otherwise)."""
         staging = self.prefetcher.aux_staging
-        if any(staging[name].write_blocked(pages) for name, pages in windows.items()):
-            return False
+        for name, pages in windows.items():
+            if staging[name].write_blocked(pages):
+                return False
         if not self.host.alloc_backup(kv_pages):
             return False
         for name, pages in windows.items():

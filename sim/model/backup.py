@@ -63,7 +63,11 @@ class StagedWrite:
     @property
     def staging_pages(self) -> int:
         """Host pages the write stages: its KV pages, or an aux-only write's longest tail."""
-        return max(self.kv_pages, *map(len, self.aux_keys.values()), 0)
+        pages = max(self.kv_pages, 0)
+        for keys in self.aux_keys.values():
+            if len(keys) > pages:
+                pages = len(keys)
+        return pages
 
 
 @dataclass
@@ -349,6 +353,11 @@ class WritePath:
         if self.buffer_only:
             self.queued_pages -= len(intent.pages)
 
+    def dequeue(self, intent: BackupIntent) -> None:
+        """buffer_only mode: take the queue's head off the queue as it is staged, once
+        `head_verdict` passed it and its `spec` was taken (the node is on the device now)."""
+        self._unqueue(intent)
+
     def stage(self, intent: BackupIntent) -> StagedWrite | None:
         """Take a queued write off the queue: None (and released) when, in buffer_only mode, its
         node left the device; else what `spec` gives."""
@@ -366,39 +375,45 @@ class WritePath:
         if intent.aux_keys is not None:
             aux_keys = {name: keys for name, keys in aux_keys.items() if name in intent.aux_keys}
         kv, pools = self.storage.kv, self.storage.pools
-        kv_pages = pages if intent.write_kv else ()
-        nbytes = len(kv_pages) * kv.object_bytes + sum(
-            len(keys) * pools[name].object_bytes for name, keys in aux_keys.items()
-        )
-        return StagedWrite(intent, aux_keys, nbytes, len(kv_pages))
+        kv_pages = len(pages) if intent.write_kv else 0
+        nbytes = kv_pages * kv.object_bytes
+        for name, keys in aux_keys.items():
+            nbytes += len(keys) * pools[name].object_bytes
+        return StagedWrite(intent, aux_keys, nbytes, kv_pages)
 
     def plan_put(self, staged: StagedWrite, now_s: float) -> None:
         """As the writer takes a staged write: what storage will really write of it."""
         kv, pools = self.storage.kv, self.storage.pools
         kv_pages = staged.intent.pages if staged.intent.write_kv else ()
         staged.kv_to_write, kv_shards = kv.to_write(kv_pages, now_s)
-        staged.write_bytes = kv_shards * kv.object_bytes + sum(
-            pools[name].to_write(keys, now_s)[1] * pools[name].object_bytes
-            for name, keys in staged.aux_keys.items()
-        )
+        write_bytes = kv_shards * kv.object_bytes
+        for name, keys in staged.aux_keys.items():
+            pool = pools[name]
+            write_bytes += pool.to_write(keys, now_s)[1] * pool.object_bytes
+        staged.write_bytes = write_bytes
 
     def acknowledge(self, staged: StagedWrite, now_s: float) -> Acknowledgement:
         """Store the objects; the keys written become beliefs whether or not each put succeeded
         (SGLang: finish_storage_write_ack, deterministic across tensor-parallel ranks)."""
         intent = staged.intent
         pages = intent.pages if intent.write_kv else ()
-        pools = self.storage.pools
-        before = sum(pool.cross_put_hits for pool in pools.values())
-        kv_ok = self.storage.kv.put(pages, now_s, self.client)
-        aux_ok = {
-            name: pools[name].put(keys, now_s, self.client)
-            for name, keys in staged.aux_keys.items()
-        }
-        cross = sum(pool.cross_put_hits for pool in pools.values()) - before
+        pools, client = self.storage.pools, self.client
+        kv = self.storage.kv
+        before = kv.cross_put_hits
+        kv_ok = kv.put(pages, now_s, client)
+        cross = kv.cross_put_hits - before
+        aux_ok = {}
+        for name, keys in staged.aux_keys.items():
+            pool = pools[name]
+            before = pool.cross_put_hits
+            aux_ok[name] = pool.put(keys, now_s, client)
+            cross += pool.cross_put_hits - before
         self.existence.add(pages)
-        rewritten = self.heal_dropped.intersection(pages)
-        self.heal_dropped.difference_update(rewritten)
-        rewrites = len(rewritten)
+        rewrites = 0
+        if self.heal_dropped:
+            rewritten = self.heal_dropped.intersection(pages)
+            self.heal_dropped.difference_update(rewritten)
+            rewrites = len(rewritten)
         for name, keys in staged.aux_keys.items():
             if name in self.aux_beliefs:
                 self.aux_beliefs[name].add(keys)

@@ -11,7 +11,7 @@ with per-pool beliefs every pool has a cache like this one.
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Container, Iterable, KeysView, Sequence
 
 
@@ -43,9 +43,7 @@ class ExistenceCache:
                 lru[key] = None
         excess = len(lru) - self.entries
         if excess > 0:
-            evict = lru.popitem
-            for _ in range(excess):
-                evict(last=False)
+            deque(map(lru.popitem, itertools.repeat(False, excess)), 0)
             self.evictions += excess
 
     def contains(self, key: int) -> bool:
@@ -60,12 +58,14 @@ class ExistenceCache:
         if not self.enabled:
             return False
         lru = self._lru
-        for key in keys:
-            if key not in lru and key not in extra_cover:
-                return False
-        for key in keys:
-            if key in lru:
-                lru.move_to_end(key)
+        missing = [key for key in keys if key not in lru]
+        if missing:
+            for key in missing:
+                if key not in extra_cover:
+                    return False
+            deque(map(lru.move_to_end, [key for key in keys if key in lru]), 0)
+        else:
+            deque(map(lru.move_to_end, keys), 0)
         return True
 
     def count_absent_recent(self, stored: KeysView[int], recent: int = 4096) -> int:

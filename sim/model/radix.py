@@ -100,6 +100,9 @@ class RadixTree:
         resources = [self.kv, *self.aux.values(), *([self.host] if self.host else [])]
         self._pushed = [(r.heap, r.evictable, r) for r in resources]
         """The heaps a node is pushed onto: only those of resources this tree has."""
+        self._locked_stays = self.host is None
+        """A locked node is no candidate of any heap (device resources evict unlocked nodes only;
+        only a host cache's candidates ignore locks), so pushing it can be skipped."""
 
     @property
     def host_used(self) -> int:
@@ -402,6 +405,8 @@ class RadixTree:
             self.aux[name].reserved -= working_slots
 
     def _push(self, node: Node) -> None:
+        if node.lock_ref and self._locked_stays:
+            return
         entry = (node.last_access_s, node.nid, node)
         for heap, evictable, resource in self._pushed:
             if evictable(node):

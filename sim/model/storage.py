@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -234,6 +234,8 @@ class StoragePool:
             fails = np.asarray(fails.any(axis=1))
         log = self.access_log
         self.last_read_failed = False
+        if fails is None and not torn and log is None and not self._stale:
+            return self._get_run(keys, client)
         for i, key in enumerate(keys):
             if key not in objects:
                 self.get_misses += 1
@@ -254,6 +256,24 @@ class StoragePool:
                 self._read_failed(key, keys[i + 1 :], is_torn)
                 return i
         return len(keys)
+
+    def _get_run(self, keys: Sequence[int], client: int) -> int:
+        """`get` when no read can fail and nothing is logged: the leading run of stored keys is
+        served (refreshed in order), counted as a whole."""
+        objects, lru = self._objects, self._lru
+        run = len(keys)
+        for i, key in enumerate(keys):
+            if key not in objects:
+                run = i
+                self.get_misses += 1
+                break
+        served = keys[:run] if run < len(keys) else keys
+        if lru is not None and self._refresh:
+            deque(map(lru.move_to_end, served), 0)
+        owners = list(map(objects.__getitem__, served))
+        self.get_hits += run
+        self.cross_get_hits += run - owners.count(client)
+        return run
 
     def _read_failed(self, key: int, rest: Sequence[int], torn: bool) -> None:
         """The read of a stored object failed: the batch's later missing keys lose their stale
@@ -292,8 +312,8 @@ class StoragePool:
         n = len(keys)
         window = self.put_outage_s
         outage = window is not None and window[0] <= now_s < window[1]
-        fails = None if outage else self._draws(n, self.put_fail_prob)
-        torn = None if outage else self._draws(n, self.torn_put_prob)
+        fails = None if outage or self.put_fail_prob <= 0.0 else self._draws(n, self.put_fail_prob)
+        torn = None if outage or self.torn_put_prob <= 0.0 else self._draws(n, self.torn_put_prob)
         objects, stale, log = self._objects, self._stale, self.access_log
         if not self.write_dedup:
             return self._overwrite(keys, now_s, client, outage, fails, torn)
