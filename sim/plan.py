@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,9 +27,8 @@ import pandas as pd
 from sim.capacity import check_target
 from sim.documents import parse_override
 from sim.outputs.files import replace_file
-from sim.results.directories import MARKER, MARKER_TEXT, check_path, check_replaceable
+from sim.results.directories import MARKER, MARKER_TEXT, StudyKind, check_study_out
 from sim.results.layout import TASKS
-from sim.safe_io import read_text_bounded
 from sim.scenario import Scenario, ScenarioError, SweepSpec, build_scenario, point_document
 from sim.stats import confidence
 from sim.sweep import Task, compute, plan
@@ -356,56 +354,13 @@ def pareto(points: list[Point], metric: str, op: str) -> list[Point]:
     return frontier
 
 
+PLAN_KIND = StudyKind("plan", "plan", PLAN, frozenset((TASKS, MARKER, PLAN, EVALUATIONS, FRONTIER)))
+
+
 def check_plan_out(target: Path, name: str, force: bool) -> None:
-    """A plan resumes into an existing `--out` only if it is a plan directory of the same
-    scenario (an interrupted one holds only `tasks/`); anything else needs `--force`, which
-    replaces only a result directory of this tool."""
-    check_path("--out", target)
-    if target.is_symlink():
-        raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
-    if not target.exists():
-        return
-    why = _not_plan_of(target, name)
-    if why is None:
-        return
-    if not force:
-        raise ScenarioError(
-            "--out",
-            None,
-            f"{target} exists and {why}; choose another --out (or --force to replace a result "
-            "directory of hicache-sim)",
-        )
-    try:
-        check_replaceable(target)
-    except FileExistsError as exc:
-        raise ScenarioError("--out", None, str(exc)) from None
-    shutil.rmtree(target)
-
-
-def _not_plan_of(target: Path, name: str) -> str | None:
-    if not target.is_dir():
-        return "is not a folder"
-    marker = target / PLAN
-    if marker.is_symlink():
-        return f"holds a symbolic link at {PLAN}"
-    if marker.is_file():
-        try:
-            scenario = json.loads(read_text_bounded(marker)).get("scenario")
-        except (OSError, ValueError, AttributeError):
-            return f"holds an unreadable {PLAN}"
-        if scenario != name:
-            return f"holds a plan of scenario {scenario!r}, not {name!r}"
-        return None
-    strange = [p.name for p in target.iterdir() if not _plan_entry(p.name)]
-    if strange or not (target / TASKS).is_dir():
-        return "is not a plan directory" + (f" (it holds {strange[0]})" if strange else "")
-    return None
-
-
-def _plan_entry(name: str) -> bool:
-    return name in (TASKS, MARKER, PLAN, EVALUATIONS, FRONTIER) or name.endswith(
-        (".png", ".svg", ".html", ".tmp")
-    )
+    """A plan's `--out`: it resumes only into a plan of the same scenario (an interrupted one
+    holds only `tasks/`); anything else needs `--force`."""
+    check_study_out(target, name, force, PLAN_KIND)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:

@@ -13,6 +13,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -234,17 +235,45 @@ OTHER_KINDS = (SUMMARY, SWEEP_META, COMPARISON, VARIANTS)
 """Files that make a directory a run, a sweep or a comparison (never a capacity search)."""
 
 
+@dataclass(frozen=True)
+class StudyKind:
+    """A resumable search's result directory (a capacity search, a plan): its answer file names
+    the scenario, and what an interrupted search leaves holds only `tasks/`."""
+
+    noun: str
+    """What the directory holds, as the messages say it ("capacity search", "plan")."""
+    folder: str
+    """What the directory is called ("capacity", "plan")."""
+    answer: str
+    """The file holding the answer and the scenario's name."""
+    entries: frozenset[str]
+    """Every file name the search writes beside its plots, reports and temporary files."""
+
+
+CAPACITY_KIND = StudyKind(
+    "capacity search",
+    "capacity",
+    CAPACITY,
+    frozenset((TASKS, MARKER, CAPACITY, EVALUATIONS, CONFIG)),
+)
+
+
 def check_capacity_out(target: Path, name: str, force: bool) -> None:
-    """A capacity search resumes into an existing `--out` only if it is a capacity directory
-    of the same scenario (what an interrupted search leaves holds only `tasks/`); anything
-    else needs `--force`, which replaces only a result directory of this tool (never a folder
-    of the user's, a symbolic link, the working directory or a parent of it)."""
+    """A capacity search's `--out` (see `check_study_out`)."""
+    check_study_out(target, name, force, CAPACITY_KIND)
+
+
+def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> None:
+    """A search resumes into an existing `--out` only if it is a directory of the same kind
+    and scenario; anything else needs `--force`, which replaces only a result directory of this
+    tool (never a folder of the user's, a symbolic link, the working directory or a parent of
+    it)."""
     check_path("--out", target)
     if target.is_symlink():
         raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
     if not target.exists():
         return
-    why = _not_capacity_of(target, name)
+    why = _not_study_of(target, name, kind)
     if why is None:
         return
     if not force:
@@ -261,36 +290,36 @@ def check_capacity_out(target: Path, name: str, force: bool) -> None:
     shutil.rmtree(target)
 
 
-def _not_capacity_of(target: Path, name: str) -> str | None:
-    """Why `target` is not a capacity directory of scenario `name` (None: it is one): one holds
-    capacity.json of that scenario, or, interrupted before its answer, only `tasks/`."""
+def _not_study_of(target: Path, name: str, kind: StudyKind) -> str | None:
+    """Why `target` is not a `kind` directory of scenario `name` (None: it is one)."""
     if not target.is_dir():
         return "is not a folder"
-    other = next((kind for kind in OTHER_KINDS if (target / kind).exists()), None)
+    other = next((other for other in OTHER_KINDS if (target / other).exists()), None)
     if other is not None:
-        return f"is not a capacity directory (it holds {other})"
-    if (target / CAPACITY).is_file() and not (target / CAPACITY).is_symlink():
+        return f"is not a {kind.folder} directory (it holds {other})"
+    answer = target / kind.answer
+    if answer.is_symlink():
+        return f"holds a symbolic link at {kind.answer}"
+    if answer.is_file():
         try:
-            scenario = json.loads(read_text_bounded(target / CAPACITY)).get("scenario")
+            scenario = json.loads(read_text_bounded(answer)).get("scenario")
         except (OSError, ValueError, AttributeError):
-            return "holds an unreadable capacity.json"
+            return f"holds an unreadable {kind.answer}"
         if scenario != name:
-            return f"holds a capacity search of scenario {scenario!r}, not {name!r}"
+            return f"holds a {kind.noun} of scenario {scenario!r}, not {name!r}"
         return None
-    if (target / CAPACITY).is_symlink():
-        return f"holds a symbolic link at {CAPACITY}"
-    strange = [p.name for p in target.iterdir() if not _capacity_entry(p.name)]
+    strange = [p.name for p in target.iterdir() if not _study_entry(p.name, kind)]
     if strange or not (target / TASKS).is_dir():
-        return "is not a capacity directory" + (f" (it holds {strange[0]})" if strange else "")
+        return f"is not a {kind.folder} directory" + (
+            f" (it holds {strange[0]})" if strange else ""
+        )
     return None
 
 
-def _capacity_entry(name: str) -> bool:
-    """A file a capacity search writes: its tables, answer, marker, resolved configuration,
-    plots and report."""
-    return name in (TASKS, MARKER, CAPACITY, EVALUATIONS, CONFIG) or name.endswith(
-        (".png", ".svg", ".html", ".tmp")
-    )
+def _study_entry(name: str, kind: StudyKind) -> bool:
+    """A file the search writes: its tables, answer, marker, resolved configuration, plots and
+    report."""
+    return name in kind.entries or name.endswith((".png", ".svg", ".html", ".tmp"))
 
 
 def _lock_name(name: str) -> str:
