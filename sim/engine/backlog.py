@@ -1,10 +1,10 @@
-"""The writer's backlog: a first-in first-out queue with SimPy's `Store` event semantics.
+"""The writer's backlog: a first-in first-out queue for one reader.
 
-`simpy.Store` builds a put and a get request object per item and walks its request queues on
-every event; the writer's backlog is unbounded and has one reader, so this queue keeps only
-what that needs. It schedules exactly the events a `Store` would, in the same order (a put's
-event at once; a get's at once when an item waits, else when the next put's event is
-processed), so runs are unchanged, event count included.
+`simpy.Store` builds a put and a get request object per item, walks its request queues on every
+event and schedules an event for every put, which wakes a waiting reader one event later. The
+writer's backlog is unbounded and has one reader, so a put schedules nothing: it hands its item
+to a waiting reader at once (one event, the reader's), and a get succeeds at once when an item
+waits. The reader sees the same items in the same order; only the engine's event count falls.
 """
 
 from __future__ import annotations
@@ -26,21 +26,17 @@ class Backlog:
     def __len__(self) -> int:
         return len(self.items)
 
-    def put(self, item: Any) -> simpy.Event:
-        """Queue `item`; a waiting getter gets the oldest item when the put's event is processed."""
+    def put(self, item: Any) -> None:
+        """Queue `item`; a waiting getter gets the oldest item at once."""
         self.items.append(item)
-        event = simpy.Event(self.env)
-        event.callbacks.append(self._serve)
-        return event.succeed()
+        if self._getters:
+            self._getters.popleft().succeed(self.items.popleft())
 
     def get(self) -> simpy.Event:
         """An event that succeeds with the oldest item (at once when one waits)."""
         event = simpy.Event(self.env)
-        self._getters.append(event)
-        self._serve(None)
+        if self.items:
+            event.succeed(self.items.popleft())
+        else:
+            self._getters.append(event)
         return event
-
-    def _serve(self, _event: simpy.Event | None) -> None:
-        """Hand the oldest item to the oldest getter (one per call, as `Store` does)."""
-        if self._getters and self.items:
-            self._getters.popleft().succeed(self.items.popleft())

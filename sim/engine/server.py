@@ -527,7 +527,8 @@ class Server:
             backup_path=self.model.buffer_only,
         )
         self.decoding_jobs += 1
-        self.env.process(self.decoding(job))
+        decode = self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
+        decode.callbacks.append(lambda _e: self._decoded(job))
 
     def _resolve_prefetch(self, job: Job) -> int:
         """Settle an issued prefetch through the model; returns the loaded endpoint (pages)."""
@@ -578,8 +579,9 @@ class Server:
 
     # ------------------------------------------------------------------ decode and finish
 
-    def decoding(self, job: Job) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
+    def _decoded(self, job: Job) -> None:
+        """A request's decode ended (a timer's callback: nothing waits on a decode, so it is no
+        process): insert its output, release its memory and let it leave."""
         self.decoding_jobs -= 1
         self._insert(job, job.req.pages, computed_from=job.req.prompt_pages)
         self.tree.unlock(job.lock_node)
