@@ -19,6 +19,7 @@ from typing import Any
 import simpy
 
 from sim.engine.backlog import Backlog
+from sim.engine.channel import ReadChannel
 from sim.engine.job import Job
 from sim.engine.links import Link
 from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
@@ -83,7 +84,7 @@ class Server:
         """buffer_only mode: offered writes waiting to be staged, in order."""
         self.backlog = Backlog(self.env)
         """Writes for the storage writer: staged ones (buffer_only) or intents (cache mode)."""
-        self.read_channel = simpy.Resource(self.env, capacity=1)
+        self.read_channel = ReadChannel(self.env)
         """Prefetches share one storage read channel; the one writer needs no channel."""
         self._wake = self.env.event()
         self._host_freed = self.env.event()
@@ -370,9 +371,11 @@ class Server:
     def _read(self, op: PrefetchOp, nbytes: int) -> Generator[simpy.Event, Any, None]:
         """One storage read, after the reads queued before it on this server's channel."""
         op.transfer_bytes += nbytes
-        with self.read_channel.request() as slot:
-            yield slot
-            yield from self.read_link.transfer(nbytes)
+        granted = self.read_channel.acquire()
+        if granted is not None:
+            yield granted
+        yield from self.read_link.transfer(nbytes)
+        self.read_channel.release()
 
     # ------------------------------------------------------------------ scheduler
 
@@ -649,7 +652,11 @@ class Server:
         from the device when its turn comes (cache mode, where the host holds a copy)."""
         env = self.env
         while True:
-            item: BackupIntent | HeldWrite = yield self.backlog.get()
+            item: BackupIntent | HeldWrite
+            if self.backlog.items:
+                item = self.backlog.items.popleft()
+            else:
+                item = yield self.backlog.get()
             if isinstance(item, HeldWrite):
                 held: HeldWrite | None = item
                 staged: StagedWrite | None = item.staged
