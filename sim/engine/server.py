@@ -18,7 +18,7 @@ from typing import Any
 
 import simpy
 
-from sim.engine.channel import ReadChannel
+from sim.engine.channel import ReadChannel, run_callbacks
 from sim.engine.job import Job
 from sim.engine.links import Link
 from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
@@ -224,10 +224,12 @@ class Server:
 
     def _issue(self, job: Job, op: PrefetchOp) -> None:
         """Start a planned prefetch, or forfeit it when an aux staging window does not fit."""
-        if self.prefetcher.take_windows(op):
-            self.env.process(self.prefetching(job, op))
-        else:
+        if not self.prefetcher.take_windows(op):
             self._missed(job, op, Outcome.FORFEITED)
+        elif op.assumed_end is None:
+            run_callbacks(self.prefetching(job, op))
+        else:
+            self.env.process(self.prefetching(job, op))
 
     # ------------------------------------------------------------------ prefetch IO
 
