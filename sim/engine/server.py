@@ -108,7 +108,8 @@ class Server:
         """Prompt tokens of the requests waiting or running here (what `/get_load` reports)."""
 
     def start(self) -> None:
-        """Register the server's own processes (the scheduler and the writer)."""
+        """Register the server's own processes (the scheduler and, in buffer_only mode, the
+        flusher; the writer is callbacks)."""
         self.env.process(self.scheduling())
         if self.model.buffer_only:
             self.env.process(self.flushing())
