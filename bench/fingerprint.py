@@ -1,11 +1,15 @@
 """Fingerprints of runs, to check that a speed-up changed no answer.
 
     python bench/fingerprint.py OUT.json [SCENARIO[:KEY=VALUE,...] ...]
-    python bench/fingerprint.py --compare A.json B.json
+    python bench/fingerprint.py --all OUT.json
+    python bench/fingerprint.py --compare A.json B.json [--ignore-key events]
 
 For each scenario (the default set when none is given) it runs the simulation in process and
 stores a hash of every table (columns, dtypes and values, row order included) and the whole
 summary but its wall-clock keys. Two fingerprint files of different commits must be equal.
+`--all` fingerprints every shipped scenario (`scenarios/**/*.yaml`, the golden files' set)
+after the default set. `--ignore-key` leaves a summary key out of the comparison (`events`,
+the engine's event count, when a change only schedules fewer events) and prints its values.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ def fingerprint(spec: str) -> dict[str, Any]:
     }
 
 
-def compare(a: Path, b: Path) -> int:
+def compare(a: Path, b: Path, ignored: tuple[str, ...] = ()) -> int:
     left, right = json.loads(a.read_text()), json.loads(b.read_text())
     bad = 0
     for spec in sorted(set(left) | set(right)):
@@ -84,6 +88,12 @@ def compare(a: Path, b: Path) -> int:
             continue
         for part in ("tables", "summary"):
             x, y = left[spec][part], right[spec][part]
+            if part == "summary":
+                for key in ignored:
+                    if x.get(key) != y.get(key):
+                        print(f"{spec}: {key} {x.get(key)} -> {y.get(key)}")
+                x = {k: v for k, v in x.items() if k not in ignored}
+                y = {k: v for k, v in y.items() if k not in ignored}
             diff = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
             if diff:
                 bad += 1
@@ -97,11 +107,17 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("specs", nargs="*")
     parser.add_argument("--compare", type=Path, metavar="B")
+    parser.add_argument("--ignore-key", action="append", default=[], metavar="KEY")
+    parser.add_argument("--all", action="store_true", help="also every shipped scenario")
     args = parser.parse_args()
     if args.compare is not None:
-        sys.exit(compare(args.out, args.compare))
+        sys.exit(compare(args.out, args.compare, tuple(args.ignore_key)))
+    specs = list(args.specs or DEFAULT)
+    if args.all:
+        shipped = sorted(p.relative_to(REPO) for p in (REPO / "scenarios").rglob("*.yaml"))
+        specs += [str(p) for p in shipped if str(p) not in specs]
     prints = {}
-    for spec in args.specs or DEFAULT:
+    for spec in specs:
         prints[spec] = fingerprint(spec)
         print(f"{spec}: {prints[spec]['rows']}", flush=True)
     args.out.write_text(json.dumps(prints, indent=1, sort_keys=True) + "\n")

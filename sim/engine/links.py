@@ -25,6 +25,10 @@ class Link(Protocol):
 
     def transfer(self, nbytes: float) -> Generator[simpy.Event, Any, None]: ...
 
+    def start(self, nbytes: float) -> simpy.Event:
+        """Begin a transfer now; the event succeeds when its last byte arrived."""
+        ...
+
 
 @dataclass
 class DedicatedLink:
@@ -35,8 +39,11 @@ class DedicatedLink:
     requested_bytes: float = 0.0
 
     def transfer(self, nbytes: float) -> Generator[simpy.Event, Any, None]:
+        yield self.start(nbytes)
+
+    def start(self, nbytes: float) -> simpy.Event:
         self.requested_bytes += nbytes
-        yield self.env.timeout(nbytes / self.bytes_per_s)
+        return self.env.timeout(nbytes / self.bytes_per_s)
 
 
 @dataclass(eq=False)
@@ -70,15 +77,17 @@ class SharedBandwidth:
     """A flow within this fraction of its size of the end is finished (rounding)."""
 
     def transfer(self, nbytes: float) -> Generator[simpy.Event, Any, None]:
+        yield self.start(nbytes)
+
+    def start(self, nbytes: float) -> simpy.Event:
         self.requested_bytes += nbytes
         if nbytes <= 0:
-            yield self.env.timeout(0.0)
-            return
+            return self.env.timeout(0.0)
         flow = _Flow(nbytes, nbytes, self.env.event())
         self._advance()
         self._flows.append(flow)
         self._reschedule()
-        yield flow.done
+        return flow.done
 
     @property
     def in_flight(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 import simpy
 
-from sim.engine.backlog import Backlog
+from sim.engine.channel import ReadChannel, run_callbacks
 from sim.engine.job import Job
 from sim.engine.links import Link
 from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
@@ -81,9 +81,12 @@ class Server:
         self.running: dict[int, Job] = {}
         self.pending_writes: deque[BackupIntent] = deque()
         """buffer_only mode: offered writes waiting to be staged, in order."""
-        self.backlog = Backlog(self.env)
-        """Writes for the storage writer: staged ones (buffer_only) or intents (cache mode)."""
-        self.read_channel = simpy.Resource(self.env, capacity=1)
+        self.backlog: deque[BackupIntent | HeldWrite] = deque()
+        """Writes waiting for the storage writer: staged ones (buffer_only) or intents (cache
+        mode)."""
+        self._writing = False
+        """The writer has a write in flight (it takes the backlog's head when that ends)."""
+        self.read_channel = ReadChannel(self.env)
         """Prefetches share one storage read channel; the one writer needs no channel."""
         self._wake = self.env.event()
         self._host_freed = self.env.event()
@@ -105,9 +108,9 @@ class Server:
         """Prompt tokens of the requests waiting or running here (what `/get_load` reports)."""
 
     def start(self) -> None:
-        """Register the server's own processes (the scheduler and the writer)."""
+        """Register the server's own processes (the scheduler and, in buffer_only mode, the
+        flusher; the writer is callbacks)."""
         self.env.process(self.scheduling())
-        self.env.process(self.backing_up())
         if self.model.buffer_only:
             self.env.process(self.flushing())
 
@@ -222,10 +225,12 @@ class Server:
 
     def _issue(self, job: Job, op: PrefetchOp) -> None:
         """Start a planned prefetch, or forfeit it when an aux staging window does not fit."""
-        if self.prefetcher.take_windows(op):
-            self.env.process(self.prefetching(job, op))
-        else:
+        if not self.prefetcher.take_windows(op):
             self._missed(job, op, Outcome.FORFEITED)
+        elif op.assumed_end is None:
+            run_callbacks(self.prefetching(job, op))
+        else:
+            self.env.process(self.prefetching(job, op))
 
     # ------------------------------------------------------------------ prefetch IO
 
@@ -370,9 +375,11 @@ class Server:
     def _read(self, op: PrefetchOp, nbytes: int) -> Generator[simpy.Event, Any, None]:
         """One storage read, after the reads queued before it on this server's channel."""
         op.transfer_bytes += nbytes
-        with self.read_channel.request() as slot:
-            yield slot
-            yield from self.read_link.transfer(nbytes)
+        granted = self.read_channel.acquire()
+        if granted is not None:
+            yield granted
+        yield from self.read_link.transfer(nbytes)
+        self.read_channel.release()
 
     # ------------------------------------------------------------------ scheduler
 
@@ -527,7 +534,8 @@ class Server:
             backup_path=self.model.buffer_only,
         )
         self.decoding_jobs += 1
-        self.env.process(self.decoding(job))
+        decode = self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
+        decode.callbacks.append(lambda _e: self._decoded(job))
 
     def _resolve_prefetch(self, job: Job) -> int:
         """Settle an issued prefetch through the model; returns the loaded endpoint (pages)."""
@@ -578,8 +586,9 @@ class Server:
 
     # ------------------------------------------------------------------ decode and finish
 
-    def decoding(self, job: Job) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
+    def _decoded(self, job: Job) -> None:
+        """A request's decode ended (a timer's callback: nothing waits on a decode, so it is no
+        process): insert its output, release its memory and let it leave."""
         self.decoding_jobs -= 1
         self._insert(job, job.req.pages, computed_from=job.req.prompt_pages)
         self.tree.unlock(job.lock_node)
@@ -603,7 +612,7 @@ class Server:
                 if not self._queued.triggered:
                     self._queued.succeed()
             else:
-                self.backlog.put(intent)
+                self._queue_write(intent)
         elif intent is not None:
             self.records.add_write(WriteRecord.skipped(now, node.nid, len(node.pages), intent))
 
@@ -640,34 +649,51 @@ class Server:
             pending.popleft()
             path.dequeue(intent)
             yield env.timeout(self.model.timing.staging_s(spec))
-            self.backlog.put(HeldWrite(spec, kv_pages, windows))
+            self._queue_write(HeldWrite(spec, kv_pages, windows))
 
-    def backing_up(self) -> Generator[simpy.Event, Any, None]:
-        """The one storage writer: each write in turn, as staged (buffer_only mode) or taken
-        from the device when its turn comes (cache mode, where the host holds a copy)."""
-        env = self.env
-        while True:
-            item: BackupIntent | HeldWrite = yield self.backlog.get()
-            if isinstance(item, HeldWrite):
-                held: HeldWrite | None = item
-                staged: StagedWrite | None = item.staged
-            else:
-                held, staged = None, self.write_path.stage(item)
-            assert staged is not None, "cache mode never drops a queued write"
-            self.write_path.plan_put(staged, env.now)
-            yield from self.write_link.transfer(staged.write_bytes)
-            ack = self.write_path.acknowledge(staged, env.now)
-            if held is not None:
-                self.host.free_backup(held.host_pages)
-                for name, tail_pages in held.windows.items():
-                    self.prefetcher.aux_staging[name].free_backup(tail_pages)
-                self._poke_host_freed()
-            intent = staged.intent
-            self.records.add_write(
-                WriteRecord.written(env.now, intent.node.nid, len(intent.pages), staged, ack),
-                staged.aux_keys,
-                ack.aux_ok,
-            )
+    def _queue_write(self, item: BackupIntent | HeldWrite) -> None:
+        """Hand a write to the one storage writer: at once when it is idle, else after the
+        writes queued before it."""
+        if self._writing:
+            self.backlog.append(item)
+        else:
+            self._write(item)
+
+    def _write(self, item: BackupIntent | HeldWrite) -> None:
+        """The one storage writer takes a write: as staged (buffer_only mode) or from the device
+        now (cache mode, where the host holds a copy). The writer is no process: the transfer's
+        end calls `_written`, which takes the next write."""
+        self._writing = True
+        if isinstance(item, HeldWrite):
+            held: HeldWrite | None = item
+            staged: StagedWrite | None = item.staged
+        else:
+            held, staged = None, self.write_path.stage(item)
+        assert staged is not None, "cache mode never drops a queued write"
+        self.write_path.plan_put(staged, self.env.now)
+        done = self.write_link.start(staged.write_bytes)
+        done.callbacks.append(lambda _e: self._written(held, staged))
+
+    def _written(self, held: HeldWrite | None, staged: StagedWrite) -> None:
+        """Storage acknowledged a write: store it, free its staging, record it, and take the
+        next write if one waits."""
+        now = self.env.now
+        ack = self.write_path.acknowledge(staged, now)
+        if held is not None:
+            self.host.free_backup(held.host_pages)
+            for name, tail_pages in held.windows.items():
+                self.prefetcher.aux_staging[name].free_backup(tail_pages)
+            self._poke_host_freed()
+        intent = staged.intent
+        self.records.add_write(
+            WriteRecord.written(now, intent.node.nid, len(intent.pages), staged, ack),
+            staged.aux_keys,
+            ack.aux_ok,
+        )
+        if self.backlog:
+            self._write(self.backlog.popleft())
+        else:
+            self._writing = False
 
     def _write_windows(self, spec: StagedWrite) -> dict[str, int] | None:
         """Aux staging pages a write takes, per staging pool (its tail keys); None when it

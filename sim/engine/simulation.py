@@ -130,14 +130,15 @@ class Simulation:
     def _left(self, server: Server, req: Request, outcome: str) -> None:
         """A request left a server: a finished turn may be followed by the next."""
         if outcome == "finished":
-            self.env.process(self.follow_up(req))
+            self.follow_up(req)
 
-    def follow_up(self, req: Request) -> Generator[simpy.Event, Any, None]:
+    def follow_up(self, req: Request) -> None:
+        """Schedule the conversation's next turn, if any: a timer whose callback routes it."""
         nxt = self.workload.follow_up(req, self.env.now)
         if nxt is None or nxt.arrival_s > self.duration_s:
             return
-        yield self.env.timeout(max(0.0, nxt.arrival_s - self.env.now))
-        self.route(nxt)
+        turn = self.env.timeout(max(0.0, nxt.arrival_s - self.env.now))
+        turn.callbacks.append(lambda _e: self.route(nxt))
 
     # ------------------------------------------------------------------ background
 
