@@ -132,6 +132,20 @@ out_option = click.option(
 force_option = click.option("--force", is_flag=True, help="Replace an existing --out directory.")
 
 
+def executor_options(fn: F) -> F:
+    """`--executor` and `--workers`, the same for every command that runs many simulations."""
+    fn = click.option(
+        "--workers", type=click.IntRange(min=1), default=None, help="Default: cores."
+    )(fn)
+    return click.option(
+        "--executor",
+        type=click.Choice(["serial", "process", "dask"]),
+        default="process",
+        show_default=True,
+        help="Where the runs execute; results are identical whatever the choice.",
+    )(fn)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hicache-sim")
 @click.option(

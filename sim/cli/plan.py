@@ -7,7 +7,16 @@ from pathlib import Path
 
 import click
 
-from sim.cli.app import RESULTS_ROOT, bad_input, cli, drawn, load, out_option, set_option
+from sim.cli.app import (
+    RESULTS_ROOT,
+    bad_input,
+    cli,
+    drawn,
+    executor_options,
+    load,
+    out_option,
+    set_option,
+)
 from sim.results.directories import only_writer
 from sim.results.layout import TASKS
 
@@ -29,8 +38,7 @@ from sim.results.layout import TASKS
     help="METRIC>=VALUE or METRIC<=VALUE (repeatable; every one must be met), e.g. ttft_p99_s<=2.",
 )
 @click.option("--seeds", type=click.IntRange(min=2), default=3, show_default=True)
-@click.option("--executor", type=click.Choice(["serial", "process", "dask"]), default="process")
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@executor_options
 @out_option
 @set_option
 @click.option(

@@ -14,6 +14,7 @@ from sim.cli.app import (
     bad_input,
     cli,
     drawn,
+    executor_options,
     load,
     out_option,
     set_option,
@@ -29,14 +30,7 @@ from sim.scenario import (
 
 @cli.command("sweep")
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option(
-    "--executor",
-    type=click.Choice(["serial", "process", "dask"]),
-    default="process",
-    show_default=True,
-    help="Where the runs execute; results are identical whatever the choice.",
-)
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Default: cores.")
+@executor_options
 @click.option("--scheduler", default=None, help="Dask scheduler address to join (dask only).")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Override sweep.seeds.")
 @click.option(
@@ -171,8 +165,7 @@ def _resume_command(
     help="Bisection resolution (> 0; default 1 for integer ends, 1/64 of the range otherwise).",
 )
 @click.option("--seeds", type=click.IntRange(min=2), default=5, show_default=True)
-@click.option("--executor", type=click.Choice(["serial", "process", "dask"]), default="process")
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@executor_options
 @out_option
 @set_option
 @click.option(
