@@ -9,6 +9,7 @@ dotted key and the line.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,14 @@ def parse_override(text: str) -> tuple[str, Any]:
 _EXPONENT_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 """`1e9`, `2.5E-3`: numbers in YAML 1.2 and to every user, strings to PyYAML's YAML 1.1
 (which wants `1.0e+9`); a `--set` value so written is read as the number it means."""
+
+
+def value_at(doc: Mapping[str, Any], key: str) -> Any:
+    """The value at a dotted key of a document (None where any part is missing)."""
+    node: Any = doc
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
 
 
 def apply_override(doc: dict[str, Any], key: str, value: Any, source: str = "--set") -> None:

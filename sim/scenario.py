@@ -32,7 +32,7 @@ from pydantic import (
 from sim.deployment.hardware import GPUS
 from sim.deployment.profiles import SGLANG_ERAS, STORAGE_BACKENDS, refusals
 from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
-from sim.documents import apply_override, parse_override, read_document, resolve_paths
+from sim.documents import apply_override, parse_override, read_document, resolve_paths, value_at
 from sim.errors import describe, field_model, mapping
 from sim.heal import RULES
 from sim.model.pools import KV, POOL_KINDS
@@ -448,7 +448,7 @@ def _without_follow_ons(
         return problems
     kept = []
     for key, message in problems:
-        value = _value_at(doc, key) if key else None
+        value = value_at(doc, key) if key else None
         if key != "model.preset" and isinstance(value, str) and _is_size_key(key):
             continue
         kept.append((key, message))
@@ -461,13 +461,6 @@ def _is_size_key(key: str | None) -> bool:
         or key in ("host.pages", "host.swa_pages")
         or str(key).endswith(".capacity_gb")
     )
-
-
-def _value_at(doc: dict[str, Any], key: str) -> Any:
-    node: Any = doc
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
 
 
 def schema_default(key: str) -> Any:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
+from sim.documents import value_at
 from sim.outputs.sizing import held
 from sim.sizes import size_notes
 from sim.units import GB, bytes_text, number
@@ -39,7 +40,7 @@ def deployment_card(config: Mapping[str, Any], varied: Mapping[str, str] | None 
     rows.append(("device pools", _device(config, notes, varied)))
     rows.append(("host pool", _host(config, notes, varied)))
     rows.append(("storage pools", _storage(config, notes, varied)))
-    duration = _section(config, "duration_s")
+    duration = value_at(config, "duration_s")
     if duration is not None:
         warmup = config.get("warmup_s")
         rows.append(("simulated", f"{number(duration)} s (warm-up {number(warmup)} s)"))
@@ -53,13 +54,6 @@ def deployment_card(config: Mapping[str, Any], varied: Mapping[str, str] | None 
 def _placed(key: str) -> bool:
     """Keys the pool rows already mention when varied."""
     return key.startswith(("device.", "host.pages", "storage.pools."))
-
-
-def _section(config: Mapping[str, Any], *path: str) -> Any:
-    node: Any = config
-    for part in path:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
 
 
 def _model(config: Mapping[str, Any]) -> str:
@@ -112,38 +106,33 @@ def _scalar(value: Any) -> bool:
 
 
 def _servers(config: Mapping[str, Any]) -> str:
-    instances = _section(config, "cluster", "instances") or 1
-    gpu = _section(config, "hardware", "gpu")
-    memory = _section(config, "hardware", "memory_mib")
-    tp = _section(config, "server", "tp_size") or 1
+    instances = value_at(config, "cluster.instances") or 1
+    gpu = value_at(config, "hardware.gpu")
+    memory = value_at(config, "hardware.memory_mib")
+    tp = value_at(config, "server.tp_size") or 1
     what = f"GPU {gpu}" if gpu else "no GPU profile (device pools as given)"
     if gpu and memory:
         what += f" ({number(memory)} MiB)"
     text = f"{number(instances)} server{'s' if instances != 1 else ''}, {what}, TP {number(tp)}"
-    policy = _section(config, "cluster", "router", "policy")
+    policy = value_at(config, "cluster.router.policy")
     if instances != 1 and policy:
         text += f", {policy} router"
     return text
 
 
+_PROFILE = (
+    ("server.sglang", "SGLang {}"),
+    ("storage.backend", "{} backend"),
+    ("storage.hit_query", "hit query {}"),
+    ("host.mode", "host {} mode"),
+    ("heal", "heal {}"),
+)
+"""The deployment's named behaviours, each a key and how the card says it."""
+
+
 def _profile(config: Mapping[str, Any]) -> str:
-    parts = []
-    era = _section(config, "server", "sglang")
-    if era:
-        parts.append(f"SGLang {era}")
-    backend = _section(config, "storage", "backend")
-    if backend:
-        parts.append(f"{backend} backend")
-    query = _section(config, "storage", "hit_query")
-    if query:
-        parts.append(f"hit query {query}")
-    mode = _section(config, "host", "mode")
-    if mode:
-        parts.append(f"host {mode} mode")
-    heal = config.get("heal")
-    if heal:
-        parts.append(f"heal {heal}")
-    return ", ".join(parts)
+    values = ((value_at(config, key), form) for key, form in _PROFILE)
+    return ", ".join(form.format(value) for value, form in values if value)
 
 
 def _sized(key: str, value: Any, notes: Mapping[str, str], varied: Mapping[str, str]) -> str:
@@ -158,9 +147,9 @@ def _sized(key: str, value: Any, notes: Mapping[str, str], varied: Mapping[str, 
 def _device(config: Mapping[str, Any], notes: Mapping[str, str], varied: Mapping[str, str]) -> str:
     parts = []
     for pool, key in DEVICE_KEYS.items():
-        if not isinstance(_section(config, "model", pool), Mapping):
+        if not isinstance(value_at(config, f"model.{pool}"), Mapping):
             continue
-        value = _section(config, "device", key)
+        value = value_at(config, f"device.{key}")
         text = f"{POOL_LABELS[pool]} {key} {_sized(f'device.{key}', value, notes, varied)}"
         holds = held(config, f"device.{key}") if f"device.{key}" not in varied else ""
         parts.append(text + (f" = {holds}" if holds and pool == "swa" else ""))
@@ -168,16 +157,16 @@ def _device(config: Mapping[str, Any], notes: Mapping[str, str], varied: Mapping
 
 
 def _host(config: Mapping[str, Any], notes: Mapping[str, str], varied: Mapping[str, str]) -> str:
-    pages = _section(config, "host", "pages")
+    pages = value_at(config, "host.pages")
     text = f"pages {_sized('host.pages', pages, notes, varied)}"
-    pcie = _section(config, "host", "pcie_gbps")
+    pcie = value_at(config, "host.pcie_gbps")
     if pcie is not None:
         text += f", PCIe {number(pcie)} GB/s"
     return text
 
 
 def _storage(config: Mapping[str, Any], notes: Mapping[str, str], varied: Mapping[str, str]) -> str:
-    pools = _section(config, "storage", "pools")
+    pools = value_at(config, "storage.pools")
     parts = []
     for pool, spec in (pools or {}).items() if isinstance(pools, Mapping) else ():
         key = f"storage.pools.{pool}.capacity_gb"
@@ -192,7 +181,7 @@ def _storage(config: Mapping[str, Any], notes: Mapping[str, str], varied: Mappin
         failing = spec.get("put_fail_prob") if isinstance(spec, Mapping) else None
         fail = f" ({float(failing) * 100:.3g} % of writes fail)" if failing else ""
         parts.append(f"{label} {size}{fail}")
-    read = _section(config, "storage", "read_gbps")
-    write = _section(config, "storage", "write_gbps")
+    read = value_at(config, "storage.read_gbps")
+    write = value_at(config, "storage.write_gbps")
     link = f"; read {number(read)} GB/s, write {number(write)} GB/s" if read is not None else ""
     return ("; ".join(parts) or "–") + link

@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from sim.documents import value_at
 from sim.sizes import size_notes
 from sim.units import GB, bytes_text, number
 
@@ -34,15 +35,8 @@ gemma-3-27b, whose 1,024-token windows (416 KiB a token) fit 9.8 times: valid, y
 conversation trace storage then restored 2.5 % of prompt tokens instead of about 25 %."""
 
 
-def _get(doc: Mapping[str, Any], key: str) -> Any:
-    node: Any = doc
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node
-
-
 def _window_pages(doc: Mapping[str, Any]) -> int | None:
-    window, page = _get(doc, "model.swa.window_tokens"), _get(doc, "model.page_size") or 64
+    window, page = value_at(doc, "model.swa.window_tokens"), value_at(doc, "model.page_size") or 64
     if not isinstance(window, int) or window <= 0:
         return None
     return math.ceil(window / page)
@@ -52,16 +46,16 @@ def resolved_sizes(doc: Mapping[str, Any]) -> list[str]:
     """One line per size key with a value: the value in its unit, in tokens and bytes, and for
     an aux pool how many windows (or states) it holds."""
     notes = size_notes(dict(doc))
-    host_swa = _get(doc, "host.swa_pages")
-    per_token = _get(doc, "model.swa.bytes_per_token")
-    page = _get(doc, "model.page_size") or 64
+    host_swa = value_at(doc, "host.swa_pages")
+    per_token = value_at(doc, "model.swa.bytes_per_token")
+    page = value_at(doc, "model.page_size") or 64
     if isinstance(host_swa, int) and isinstance(per_token, int | float):
         notes["host.swa_pages"] = (
             f"{host_swa * page:,} tokens, {bytes_text(host_swa * page * per_token)}"
         )
     lines = []
     for key, note in notes.items():
-        line = f"{key}: {number(_get(doc, key))} ({note})"
+        line = f"{key}: {number(value_at(doc, key))} ({note})"
         held_text = held(doc, key)
         if held_text:
             line += f" = {held_text}"
@@ -71,13 +65,13 @@ def resolved_sizes(doc: Mapping[str, Any]) -> list[str]:
 
 def held(doc: Mapping[str, Any], key: str) -> str:
     """What an aux pool's size holds: windows of the model's SWA, or Mamba states."""
-    value = _get(doc, key)
+    value = value_at(doc, key)
     if not isinstance(value, int | float) or isinstance(value, bool):
         return ""
     if key in ("device.swa_pages", "host.swa_pages"):
         pages = _window_pages(doc)
         if pages:
-            window = _get(doc, "model.swa.window_tokens")
+            window = value_at(doc, "model.swa.window_tokens")
             return f"{value / pages:,.1f} windows of {number(window)} tokens"
     if key == "device.mamba_slots":
         return f"{number(value)} Mamba states"
@@ -88,9 +82,9 @@ def sizing_warnings(doc: Mapping[str, Any]) -> list[str]:
     """What in a resolved document is a legal size that cannot work (see the module)."""
     warnings = []
     pages = _window_pages(doc)
-    window = _get(doc, "model.swa.window_tokens")
+    window = value_at(doc, "model.swa.window_tokens")
     for key in ("device.swa_pages", "host.swa_pages"):
-        value = _get(doc, key)
+        value = value_at(doc, key)
         if pages and isinstance(value, int) and value / pages < MIN_WINDOWS:
             warnings.append(
                 f"{key} is {number(value)} pages = {value / pages:.1f} windows of "
@@ -98,15 +92,15 @@ def sizing_warnings(doc: Mapping[str, Any]) -> list[str]:
                 "window space and almost no SWA state survives for reuse; size it in tokens "
                 "or windows of this model"
             )
-    slots = _get(doc, "device.mamba_slots")
-    mamba = isinstance(_get(doc, "model.mamba"), Mapping)
+    slots = value_at(doc, "device.mamba_slots")
+    mamba = isinstance(value_at(doc, "model.mamba"), Mapping)
     if mamba and isinstance(slots, int) and slots < MIN_WINDOWS:
         warnings.append(
             f"device.mamba_slots is {number(slots)} (fewer than {MIN_WINDOWS} Mamba "
             "states): requests will wait for a slot and almost none survives for reuse"
         )
     for pool, need in _request_objects(doc).items():
-        capacity = _get(doc, f"storage.pools.{pool}.capacity_gb")
+        capacity = value_at(doc, f"storage.pools.{pool}.capacity_gb")
         if isinstance(capacity, int | float) and capacity * GB < need:
             warnings.append(
                 f"storage.pools.{pool}.capacity_gb is {bytes_text(capacity * GB)}, below one "
@@ -119,11 +113,11 @@ def sizing_warnings(doc: Mapping[str, Any]) -> list[str]:
 def _request_objects(doc: Mapping[str, Any]) -> dict[str, float]:
     """Bytes of the aux objects one request writes: a window's pages of SWA, one Mamba state."""
     out: dict[str, float] = {}
-    pages, page = _window_pages(doc), _get(doc, "model.page_size") or 64
-    per_token = _get(doc, "model.swa.bytes_per_token")
+    pages, page = _window_pages(doc), value_at(doc, "model.page_size") or 64
+    per_token = value_at(doc, "model.swa.bytes_per_token")
     if pages and isinstance(per_token, int | float):
         out["swa"] = pages * page * per_token
-    state = _get(doc, "model.mamba.state_bytes")
+    state = value_at(doc, "model.mamba.state_bytes")
     if isinstance(state, int | float):
         out["mamba"] = float(state)
     return out
