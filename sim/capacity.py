@@ -175,9 +175,7 @@ class CapacitySearch:
             return self.evaluations[value]
         values, errors = self._values(value)
         stats = confidence(values, key=self.metric)
-        meets = bool(values) and (
-            stats["ci_low"] >= self.bound if self.op == ">=" else stats["ci_high"] <= self.bound
-        )
+        meets = bool(values) and interval_meets(stats, self.op, self.bound)
         evaluation = Evaluation(
             value=value,
             n=len(values),
@@ -329,6 +327,15 @@ class Reference:
 
 def _reference_text(param: str, value: float | None) -> str:
     return "unbounded (null)" if value is None else param_text(param, value)
+
+
+def interval_meets(stats: dict[str, float], op: str, bound: float) -> bool:
+    """A target is met with 95 % confidence when the seeds' interval lies on its side of the
+    bound (`ci_low >= bound` for `>=`, `ci_high <= bound` for `<=`); capacity and plan share it
+    so that they agree."""
+    if op == ">=":
+        return bool(stats["ci_low"] >= bound)
+    return bool(stats["ci_high"] <= bound)
 
 
 def check_relative(

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.capacity import check_target
+from sim.capacity import check_target, interval_meets
 from sim.documents import parse_override
 from sim.outputs.files import replace_file
 from sim.results.directories import MARKER, MARKER_TEXT, StudyKind, check_study_out
@@ -53,9 +53,7 @@ class Target:
     bound: float
 
     def met(self, stats: dict[str, float]) -> bool:
-        if self.op == ">=":
-            return bool(stats["ci_low"] >= self.bound)
-        return bool(stats["ci_high"] <= self.bound)
+        return interval_meets(stats, self.op, self.bound)
 
 
 @dataclass
