@@ -181,22 +181,25 @@ class RadixTree:
 
     def touch(self, node: Node, now_s: float) -> None:
         """Mark a node and its ancestors used now (LRU recency)."""
-        while node is not self.root and node is not None:
-            node.last_access_s = now_s
-            self._push(node)
-            node = node.parent  # type: ignore[assignment]
+        cur: Node | None = node
+        while cur is not self.root and cur is not None:
+            cur.last_access_s = now_s
+            self._push(cur)
+            cur = cur.parent
 
     def lock(self, node: Node) -> None:
-        while node is not None:
-            node.lock_ref += 1
-            node = node.parent  # type: ignore[assignment]
+        cur: Node | None = node
+        while cur is not None:
+            cur.lock_ref += 1
+            cur = cur.parent
 
     def unlock(self, node: Node) -> None:
-        while node is not None:
-            node.lock_ref -= 1
-            if node.lock_ref == 0:
-                self._push(node)
-            node = node.parent  # type: ignore[assignment]
+        cur: Node | None = node
+        while cur is not None:
+            cur.lock_ref -= 1
+            if cur.lock_ref == 0:
+                self._push(cur)
+            cur = cur.parent
 
     # ---------------------------------------------------------------- insertion
 
@@ -479,9 +482,10 @@ class RadixTree:
     def path(self, node: Node) -> list[Node]:
         """Nodes from the root's child down to `node`, parents first."""
         out: list[Node] = []
-        while node is not self.root:
-            out.append(node)
-            node = node.parent  # type: ignore[assignment]
+        cur: Node | None = node
+        while cur is not self.root and cur is not None:
+            out.append(cur)
+            cur = cur.parent
         out.reverse()
         return out
 
