@@ -116,6 +116,9 @@ def main() -> None:
     if args.all:
         shipped = sorted(p.relative_to(REPO) for p in (REPO / "scenarios").rglob("*.yaml"))
         specs += [str(p) for p in shipped if str(p) not in specs]
+    from sim.outputs.results import build
+
+    print(f"build: {build()}", flush=True)
     prints = {}
     for spec in specs:
         prints[spec] = fingerprint(spec)

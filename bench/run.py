@@ -56,6 +56,8 @@ what-if): its request count is one key, and the figures stay comparable across c
 CHILD = r"""
 import json, resource, sys, time
 case = json.loads(sys.argv[1])
+if case.get("compiled"):
+    sys.path.insert(0, case["compiled"])
 if case["kind"] == "sweep":
     import tempfile
     from pathlib import Path
@@ -84,6 +86,9 @@ else:
     before_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t = time.perf_counter(); result = sim.run(sc); wall = time.perf_counter() - t
     tables = sum(int(f.memory_usage(deep=True).sum()) for f in result.tables.values())
+    from sim.outputs.results import build
+    if build() != ("compiled" if case.get("compiled") else "python"):
+        sys.exit(f"ran the {build()} build, not the one asked for")
     out = {"wall_s": wall, "events": result.summary["events"],
            "requests": len(result.tables["requests"]),
            "imports_rss_mib": before_mib, "tables_mib": tables / 2**20}
@@ -191,6 +196,23 @@ def sweep_wall(executor: str, workers: int, seeds: int) -> float:
     return run_case(case)["wall_s"]
 
 
+COMPILED = ".compiled"
+"""Suffix of a case run on the compiled copy (`--compiled`)."""
+
+
+def with_compiled(
+    cases: list[tuple[str, dict[str, object], int]], copy: Path
+) -> list[tuple[str, dict[str, object], int]]:
+    """Every simulator case followed by its twin on the compiled copy, so the two builds are
+    measured in the same rounds."""
+    out = []
+    for name, case, repeat in cases:
+        out.append((name, case, repeat))
+        if case["kind"] == "sim":
+            out.append((name + COMPILED, {**case, "compiled": str(copy)}, repeat))
+    return out
+
+
 def commit() -> str:
     try:
         out = subprocess.run(
@@ -245,6 +267,12 @@ def main() -> None:
         help="run only the cases whose names start with one of these (comma-separated; "
         "'sweep' names the sweeps), e.g. shared_prefix_1000000,cluster8_cache_aware_1000000",
     )
+    parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also run every simulator case on the compiled copy (bench/compile.py builds it, "
+        "or reuses an up-to-date one, in build/compiled)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.sizes, args.repeat = "10000,100000", 1
@@ -275,6 +303,10 @@ def main() -> None:
     if only:
         # The yardstick always runs: every figure is also given at the reference speed.
         cases = [case for case in cases if case[0].startswith((*only, "simpy_timeout_loop"))]
+    if args.compiled:
+        from compile import DEFAULT_OUT, build
+
+        cases = with_compiled(cases, build(DEFAULT_OUT))
 
     rows = []
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
@@ -310,10 +342,15 @@ def main() -> None:
         yardstick = medians.get("simpy_timeout_loop")
         if yardstick and name != "simpy_timeout_loop":
             med["wall_s_at_reference"] = wall * yardstick["events_per_s"] / REFERENCE_EVENTS_PER_S
+        base, dot, build_name = name.partition(".")
         single = medians.get(
-            "mooncake_conversation"
-            if name == "cluster_conversation"
-            else f"shared_prefix_{name.rsplit('_', 1)[-1]}"
+            (
+                "mooncake_conversation"
+                if base == "cluster_conversation"
+                else f"shared_prefix_{base.rsplit('_', 1)[-1]}"
+            )
+            + dot
+            + build_name
         )
         if name.startswith("cluster") and single:
             med["us_per_request_vs_single"] = med["us_per_request"] / single["us_per_request"]
@@ -345,29 +382,32 @@ def main() -> None:
             f"{yard / REFERENCE_EVENTS_PER_S:.2f}x the reference "
             f"{REFERENCE_EVENTS_PER_S / 1e6:.2f} M"
         )
-        for name, (metric, most) in TARGETS.items():
-            if name in medians:
-                value = medians[name][metric]
-                verdict = "met" if value <= most else "NOT met"
-                print(
-                    f"  {name}: {medians[name]['wall_s']:.2f} s here, {value:.2f} s at the "
-                    f"reference speed (target <= {most:g} s: {verdict})"
-                )
+        for target_case, (metric, most) in TARGETS.items():
+            for name in (target_case, target_case + COMPILED):
+                if name in medians:
+                    value = medians[name][metric]
+                    verdict = "met" if value <= most else "NOT met"
+                    print(
+                        f"  {name}: {medians[name]['wall_s']:.2f} s here, {value:.2f} s at the "
+                        f"reference speed (target <= {most:g} s: {verdict})"
+                    )
         for name, med in medians.items():
             if name != "simpy_timeout_loop":
                 print(
                     f"  {name}: events/s = {med['events_per_s'] / yard:.0%} of the bare SimPy loop"
                 )
-    small, large = f"shared_prefix_{sizes[0]}", f"shared_prefix_{sizes[-1]}"
-    if small in medians and large in medians and small != large:
-        ratio = medians[large]["us_per_request"] / medians[small]["us_per_request"]
-        print(f"  time per request at {sizes[-1]:,} / at {sizes[0]:,}: {ratio:.2f}x")
-        big = medians[large]
-        print(
-            f"  peak RSS at {sizes[-1]:,}: {big['peak_rss_mib']:.0f} MiB "
-            f"(imports {big['imports_rss_mib']:.0f} MiB, final tables {big['tables_mib']:.0f} MiB; "
-            f"target at 1M <= 1,229 MiB)"
-        )
+    for suffix in ("", COMPILED):
+        small, large = f"shared_prefix_{sizes[0]}{suffix}", f"shared_prefix_{sizes[-1]}{suffix}"
+        if large in medians:
+            big = medians[large]
+            if small in medians and small != large:
+                ratio = big["us_per_request"] / medians[small]["us_per_request"]
+                print(f"  {large}: time per request {ratio:.2f}x that at {sizes[0]:,}")
+            print(
+                f"  {large}: peak RSS {big['peak_rss_mib']:.0f} MiB (imports "
+                f"{big['imports_rss_mib']:.0f} MiB, final tables {big['tables_mib']:.0f} MiB; "
+                f"target at 1M <= 1,229 MiB)"
+            )
     for name, med in medians.items():
         if "us_per_request_vs_single" in med:
             print(

@@ -137,7 +137,7 @@ def _provenance(meta: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()) 
     command = meta.get("command")
     if isinstance(command, list):
         rows.append(("command", shlex.join(str(c) for c in command)))
-    for key in ("written_utc", "seed", "wall_s"):
+    for key in ("written_utc", "seed", "wall_s", "build"):
         if key in meta:
             rows.append((key, meta[key]))
     rows += extra

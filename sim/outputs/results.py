@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from sim.deployment.resolve import leaves
+from sim.engine import server
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import read_table, replace_file
 from sim.results.directories import mark
@@ -37,9 +38,16 @@ def versions() -> dict[str, str]:
     return out
 
 
+def build() -> str:
+    """Which simulator ran: the pure-Python package (the reference) or the copy whose model and
+    engine are compiled (`bench/compile.py`), which must give the same tables, only faster."""
+    return "python" if str(server.__file__).endswith(".py") else "compiled"
+
+
 def meta(result_wall_s: float, seed: int) -> dict[str, Any]:
     return {
         "versions": versions(),
+        "build": build(),
         "seed": seed,
         "wall_s": result_wall_s,
         "command": ["hicache-sim", *sys.argv[1:]],
