@@ -10,8 +10,8 @@ to bench/results.csv (the committed record), with the commit, the command, versi
 machine; the ratios the performance targets are stated in are printed at the end.
 
 Every simulator case's wall time is also given at the reference speed (`wall_s_at_reference`):
-scaled by the day's bare SimPy loop against REFERENCE_EVENTS_PER_S, so figures taken on two
-machines, or on one machine on a busy and a quiet day, can be compared.
+each run scaled by the bare SimPy loop of its own round against REFERENCE_EVENTS_PER_S, so
+figures taken on two machines, or on one machine on a busy and a quiet day, can be compared.
 """
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ def main() -> None:
     for round_ in range(max((repeat for _, _, repeat in cases), default=0)):
         for name, case, repeat in cases:
             if round_ < repeat:
-                runs[name].append(run_case(case))
+                runs[name].append({**run_case(case), "round": round_})
                 wall = runs[name][-1]["wall_s"]
                 load = os.getloadavg()[0]
                 print(f"  round {round_ + 1}: {name} {wall:.1f} s, load {load:.1f}", flush=True)
@@ -339,9 +339,13 @@ def main() -> None:
         for extra in ("imports_rss_mib", "tables_mib"):
             if extra in samples[0]:
                 med[extra] = statistics.median(s[extra] for s in samples)
-        yardstick = medians.get("simpy_timeout_loop")
-        if yardstick and name != "simpy_timeout_loop":
-            med["wall_s_at_reference"] = wall * yardstick["events_per_s"] / REFERENCE_EVENTS_PER_S
+        if runs.get("simpy_timeout_loop") and name != "simpy_timeout_loop":
+            # Each sample scaled by the yardstick of its own round (measured just before it):
+            # a machine whose load changes during the benchmark changes both together.
+            yard = {s["round"]: s["events"] / s["wall_s"] for s in runs["simpy_timeout_loop"]}
+            med["wall_s_at_reference"] = statistics.median(
+                s["wall_s"] * yard[s["round"]] / REFERENCE_EVENTS_PER_S for s in samples
+            )
         base, dot, build_name = name.partition(".")
         single = medians.get(
             (
