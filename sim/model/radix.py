@@ -182,9 +182,11 @@ class RadixTree:
     def touch(self, node: Node, now_s: float) -> None:
         """Mark a node and its ancestors used now (LRU recency)."""
         cur: Node | None = node
+        locked_stays = self._locked_stays
         while cur is not self.root and cur is not None:
             cur.last_access_s = now_s
-            self._push(cur)
+            if not (locked_stays and cur.lock_ref):
+                self._push(cur)
             cur = cur.parent
 
     def lock(self, node: Node) -> None:
@@ -210,6 +212,7 @@ class RadixTree:
         *,
         backed_up: bool = False,
         computed_from: int | None = None,
+        lock: bool = False,
     ) -> tuple[Node, list[Node]]:
         """Put `pages` on the device; returns the node ending at len(pages) and the new nodes.
 
@@ -219,7 +222,9 @@ class RadixTree:
         at) the checkpoints it computed and, under window retention, the point where it left
         the tree. Whatever cannot make room is born tombstoned. `backed_up` marks pages that
         came from storage. A tree with a host cache (cache mode) copies new nodes to the host
-        as they are written through.
+        as they are written through. `lock` locks the path to the end node before its recency
+        is refreshed: a device heap entry of a node about to be locked would only be popped and
+        dropped, and the unlock pushes the node again, so the refresh pushes it nowhere.
         """
         node = self.root
         pos = 0
@@ -242,6 +247,8 @@ class RadixTree:
         if self.host is not None:
             for fresh in new_nodes:
                 self.copy_to_host(fresh, with_aux=True)
+        if lock:
+            self.lock(node)
         self.touch(node, now_s)
         return node, new_nodes
 
