@@ -329,6 +329,13 @@ class StoragePool:
             self.put_hits += n - inserted
             self.cross_put_hits += cross
             return [True] * n
+        if (
+            fast
+            and not (stale or outage or self.failed_put_torn)
+            and torn is None
+            and self.ranks == 1
+        ):
+            return self._put_drawn(keys, client, fails)
         ok = [True] * n
         for i, key in enumerate(keys):
             if key in objects:
@@ -357,6 +364,31 @@ class StoragePool:
                     log.append((now_s, "put", key, False, client))
             if key in objects:
                 self._tear(key, torn, i)
+        return ok
+
+    def _put_drawn(self, keys: Sequence[int], client: int, fails: np.ndarray | None) -> list[bool]:
+        """`put` into an unbounded single-rank pool with nothing logged, torn or stale, where
+        only the failure draws decide (a failed put leaves nothing): a stored key is a hit
+        whatever its draw, an absent one is stored unless its draw failed. One pass, the draws
+        read as a list."""
+        objects = self._objects
+        failed = [False] * len(keys) if fails is None else fails.tolist()
+        ok = [True] * len(keys)
+        hits = inserts = cross = 0
+        for i, key in enumerate(keys):
+            owner = objects.get(key)
+            if owner is not None:
+                hits += 1
+                if owner != client:
+                    cross += 1
+            elif failed[i]:
+                ok[i] = False
+            else:
+                objects[key] = client
+                inserts += 1
+        self.put_hits += hits
+        self.put_inserts += inserts
+        self.cross_put_hits += cross
         return ok
 
     def _store_torn(self, key: int, client: int) -> None:
