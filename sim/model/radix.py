@@ -235,9 +235,9 @@ class RadixTree:
                 child = self._new_leaf(node, list(pages[pos:]), pos, backed_up)
                 new_nodes.append(child)
             else:
-                n = _common_prefix(child.pages, pages, pos)
-                if n < len(child.pages):
-                    child = self._split(child, n)
+                held = child.pages
+                if pages[pos : pos + len(held)] != held:
+                    child = self._split(child, _common_prefix(held, pages, pos))
                 if not child.on_device:
                     self._to_device(child)
             node = child
