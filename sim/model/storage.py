@@ -162,10 +162,14 @@ class StoragePool:
 
     def leading_run(self, keys: Sequence[int], now_s: float = 0.0) -> int:
         """`exists` over a chain: how many leading keys the backend reports (no recency change,
-        as a metadata query)."""
+        as a metadata query). The stored run is one C-level scan; stale positives, if any,
+        extend it key by key."""
         objects = self._objects
-        for i, key in enumerate(keys):
-            if key not in objects and not self.exists(key, now_s):
+        run = len(list(itertools.takewhile(objects.__contains__, keys)))
+        if run == len(keys) or not self._stale:
+            return run
+        for i in range(run, len(keys)):
+            if not self.exists(keys[i], now_s):
                 return i
         return len(keys)
 
@@ -261,12 +265,9 @@ class StoragePool:
         """`get` when no read can fail and nothing is logged: the leading run of stored keys is
         served (refreshed in order), counted as a whole."""
         objects, lru = self._objects, self._lru
-        run = len(keys)
-        for i, key in enumerate(keys):
-            if key not in objects:
-                run = i
-                self.get_misses += 1
-                break
+        run = len(list(itertools.takewhile(objects.__contains__, keys)))
+        if run < len(keys):
+            self.get_misses += 1
         served = keys[:run] if run < len(keys) else keys
         if lru is not None and self._refresh:
             deque(map(lru.move_to_end, served), 0)
