@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sim.model.components import (
@@ -163,14 +163,14 @@ class RadixTree:
     def _resume_point(self, node: Node, end: int) -> int:
         """The last point in `node` up to `end` where every aux pool allows a resume; 0: none."""
         held = node.resident_aux
-        legal: set[int] | None = None
+        legal: Collection[int] | None = None
         for name in self.aux:
             if name not in held:
                 return 0
             points = held[name]
             if points is not None:
-                legal = set(points) if legal is None else legal.intersection(points)
-        if legal is None:
+                legal = points if legal is None else set(points).intersection(legal)
+        if legal is None or end in legal:
             return end
         return max((p for p in legal if p <= end), default=0)
 
