@@ -573,11 +573,11 @@ class Server:
             self.env.now,
             backed_up=backed_up,
             computed_from=computed_from,
+            lock=True,
         )
         take = min(tree.kv.used - before, job.reserved_kv)
         job.reserved_kv -= take
         tree.kv.reserved -= take
-        tree.lock(node)
         tree.unlock(job.lock_node)
         job.lock_node = node
         path = tree.path(node) if backup_path else None

@@ -227,16 +227,13 @@ class WritePath:
         know what storage holds)."""
         self.aux_beliefs = dict(aux_beliefs or {})
         """Per-pool beliefs of the aux pools (empty unless beliefs are kept per pool)."""
+        self.per_pool = bool(self.aux_beliefs)
         self.inflight = InflightPages()
         self.aux_inflight = {name: InflightPages() for name in self.aux_beliefs}
         self.inflight_nodes: set[int] = set()
         self.heal_dropped: set[int] = set()
         """KV pages whose beliefs a heal dropped and that have not been written since."""
         self.aux_heal_dropped: dict[str, set[int]] = {name: set() for name in self.aux_beliefs}
-
-    @property
-    def per_pool(self) -> bool:
-        return bool(self.aux_beliefs)
 
     def pending_rewrites(self) -> int:
         """Objects whose beliefs a heal dropped and that have not been written since."""

@@ -54,10 +54,14 @@ class ExistenceCache:
         return False
 
     def covers_all(self, keys: Sequence[int], extra_cover: Container[int] = ()) -> bool:
-        """The FULL check: is every key believed stored or already being written?"""
+        """The FULL check: is every key believed stored or already being written?
+
+        A node never written has its first page uncovered: that answer needs no pass."""
         if not self.enabled:
             return False
         lru = self._lru
+        if keys and keys[0] not in lru and keys[0] not in extra_cover:
+            return False
         missing = [key for key in keys if key not in lru]
         if missing:
             for key in missing:

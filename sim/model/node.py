@@ -21,6 +21,7 @@ class Node:
         "alive",
         "backed_up",
         "children",
+        "end",
         "host_aux",
         "last_access_s",
         "lock_ref",
@@ -38,6 +39,9 @@ class Node:
         self.pages = pages
         self.parent = parent
         self.start = start
+        self.end = start + len(pages)
+        """Absolute page index just past this node's last page. It never moves: a split keeps
+        the lower half in this node (its pages and start change, not its end)."""
         self.children: dict[int, Node] = {}
         self.lock_ref = 0
         self.last_access_s = 0.0
@@ -47,11 +51,6 @@ class Node:
         self.resident_aux: dict[str, Points | None] = {}
         self.backed_up = False
         self.alive = True
-
-    @property
-    def end(self) -> int:
-        """Absolute page index just past this node's last page."""
-        return self.start + len(self.pages)
 
     @property
     def last_page(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sim.model.components import (
@@ -163,14 +163,14 @@ class RadixTree:
     def _resume_point(self, node: Node, end: int) -> int:
         """The last point in `node` up to `end` where every aux pool allows a resume; 0: none."""
         held = node.resident_aux
-        legal: set[int] | None = None
+        legal: Collection[int] | None = None
         for name in self.aux:
             if name not in held:
                 return 0
             points = held[name]
             if points is not None:
-                legal = set(points) if legal is None else legal.intersection(points)
-        if legal is None:
+                legal = points if legal is None else set(points).intersection(legal)
+        if legal is None or end in legal:
             return end
         return max((p for p in legal if p <= end), default=0)
 
@@ -182,9 +182,11 @@ class RadixTree:
     def touch(self, node: Node, now_s: float) -> None:
         """Mark a node and its ancestors used now (LRU recency)."""
         cur: Node | None = node
+        locked_stays = self._locked_stays
         while cur is not self.root and cur is not None:
             cur.last_access_s = now_s
-            self._push(cur)
+            if not (locked_stays and cur.lock_ref):
+                self._push(cur)
             cur = cur.parent
 
     def lock(self, node: Node) -> None:
@@ -210,6 +212,7 @@ class RadixTree:
         *,
         backed_up: bool = False,
         computed_from: int | None = None,
+        lock: bool = False,
     ) -> tuple[Node, list[Node]]:
         """Put `pages` on the device; returns the node ending at len(pages) and the new nodes.
 
@@ -219,7 +222,9 @@ class RadixTree:
         at) the checkpoints it computed and, under window retention, the point where it left
         the tree. Whatever cannot make room is born tombstoned. `backed_up` marks pages that
         came from storage. A tree with a host cache (cache mode) copies new nodes to the host
-        as they are written through.
+        as they are written through. `lock` locks the path to the end node before its recency
+        is refreshed: a device heap entry of a node about to be locked would only be popped and
+        dropped, and the unlock pushes the node again, so the refresh pushes it nowhere.
         """
         node = self.root
         pos = 0
@@ -230,9 +235,9 @@ class RadixTree:
                 child = self._new_leaf(node, list(pages[pos:]), pos, backed_up)
                 new_nodes.append(child)
             else:
-                n = _common_prefix(child.pages, pages, pos)
-                if n < len(child.pages):
-                    child = self._split(child, n)
+                held = child.pages
+                if pages[pos : pos + len(held)] != held:
+                    child = self._split(child, _common_prefix(held, pages, pos))
                 if not child.on_device:
                     self._to_device(child)
             node = child
@@ -242,6 +247,8 @@ class RadixTree:
         if self.host is not None:
             for fresh in new_nodes:
                 self.copy_to_host(fresh, with_aux=True)
+        if lock:
+            self.lock(node)
         self.touch(node, now_s)
         return node, new_nodes
 

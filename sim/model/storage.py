@@ -162,10 +162,14 @@ class StoragePool:
 
     def leading_run(self, keys: Sequence[int], now_s: float = 0.0) -> int:
         """`exists` over a chain: how many leading keys the backend reports (no recency change,
-        as a metadata query)."""
+        as a metadata query). The stored run is one C-level scan; stale positives, if any,
+        extend it key by key."""
         objects = self._objects
-        for i, key in enumerate(keys):
-            if key not in objects and not self.exists(key, now_s):
+        run = len(list(itertools.takewhile(objects.__contains__, keys)))
+        if run == len(keys) or not self._stale:
+            return run
+        for i in range(run, len(keys)):
+            if not self.exists(keys[i], now_s):
                 return i
         return len(keys)
 
@@ -261,12 +265,9 @@ class StoragePool:
         """`get` when no read can fail and nothing is logged: the leading run of stored keys is
         served (refreshed in order), counted as a whole."""
         objects, lru = self._objects, self._lru
-        run = len(keys)
-        for i, key in enumerate(keys):
-            if key not in objects:
-                run = i
-                self.get_misses += 1
-                break
+        run = len(list(itertools.takewhile(objects.__contains__, keys)))
+        if run < len(keys):
+            self.get_misses += 1
         served = keys[:run] if run < len(keys) else keys
         if lru is not None and self._refresh:
             deque(map(lru.move_to_end, served), 0)
@@ -329,6 +330,13 @@ class StoragePool:
             self.put_hits += n - inserted
             self.cross_put_hits += cross
             return [True] * n
+        if (
+            fast
+            and not (stale or outage or self.failed_put_torn)
+            and torn is None
+            and self.ranks == 1
+        ):
+            return self._put_drawn(keys, client, fails)
         ok = [True] * n
         for i, key in enumerate(keys):
             if key in objects:
@@ -357,6 +365,31 @@ class StoragePool:
                     log.append((now_s, "put", key, False, client))
             if key in objects:
                 self._tear(key, torn, i)
+        return ok
+
+    def _put_drawn(self, keys: Sequence[int], client: int, fails: np.ndarray | None) -> list[bool]:
+        """`put` into an unbounded single-rank pool with nothing logged, torn or stale, where
+        only the failure draws decide (a failed put leaves nothing): a stored key is a hit
+        whatever its draw, an absent one is stored unless its draw failed. One pass, the draws
+        read as a list."""
+        objects = self._objects
+        failed = [False] * len(keys) if fails is None else fails.tolist()
+        ok = [True] * len(keys)
+        hits = inserts = cross = 0
+        for i, key in enumerate(keys):
+            owner = objects.get(key)
+            if owner is not None:
+                hits += 1
+                if owner != client:
+                    cross += 1
+            elif failed[i]:
+                ok[i] = False
+            else:
+                objects[key] = client
+                inserts += 1
+        self.put_hits += hits
+        self.put_inserts += inserts
+        self.cross_put_hits += cross
         return ok
 
     def _store_torn(self, key: int, client: int) -> None:
