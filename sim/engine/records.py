@@ -265,6 +265,10 @@ def _order(chunks: list[list[Column]], index: int) -> np.ndarray | None:
     return None if np.array_equal(order, np.arange(len(order))) else order
 
 
+OWN_PAGES_MIN_BYTES = 128 * 1024
+"""Smaller arrays stay on the heap (a map per small column of a short run would waste pages)."""
+
+
 def _own_pages_empty(rows: int, dtype: np.dtype[Any]) -> np.ndarray:
     """An uninitialised array in memory mapped for it alone, which the system takes back as
     soon as the array is freed.
@@ -276,7 +280,7 @@ def _own_pages_empty(rows: int, dtype: np.dtype[Any]) -> np.ndarray:
     """
     nbytes = rows * dtype.itemsize
     private = getattr(mmap, "MAP_PRIVATE", None)
-    if nbytes == 0 or private is None:
+    if nbytes < OWN_PAGES_MIN_BYTES or private is None:
         return np.empty(rows, dtype=dtype)
     return np.frombuffer(mmap.mmap(-1, nbytes, flags=private), dtype=dtype)
 
