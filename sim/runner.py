@@ -11,6 +11,8 @@ from typing import Any
 
 import pandas as pd
 
+from sim.engine.records import Records, sorted_by
+from sim.engine.server import Server
 from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
 from sim.model.loops import Loop
@@ -59,11 +61,21 @@ def run(
             f"of {scenario.duration_s:g} s"
         ) from None
     wall_s = time.perf_counter() - started
-    tables = _cluster_tables(sim)
-    if storage_trace:
-        tables["storage_trace"] = _storage_trace(sim)
+    events, warmup_s = sim.env.events, sim.warmup_s
+    storage_counters = sim.storage.counters()
+    servers = [_ServerResult.of(server) for server in sim.servers]
     loops = _cluster_loops(sim)
     aux_pools = [pool.kind for pool in sim.storage.aux]
+    trace = _storage_trace(sim) if storage_trace else None
+    records = [server.records for server in sim.servers]
+    # The model (trees, pools, beliefs) is released before the tables are built, whose peak
+    # is the run's: nothing below reads it.
+    del sim, cluster
+    gc.collect()
+    tables = _cluster_tables(records)
+    del records
+    if trace is not None:
+        tables["storage_trace"] = trace
     page_size = scenario.model.page_size
     summary = summarize(
         tables,
@@ -71,14 +83,27 @@ def run(
         aux_pools=aux_pools,
         page_size=page_size,
         warmup_s=scenario.warmup_s,
-        events=sim.env.events,
+        events=events,
         wall_s=wall_s,
     )
-    summary.update(sim.storage.counters())
-    summary.update(_summed(server.counters() for server in sim.servers))
-    tables["instances"] = _instance_summaries(sim, tables, aux_pools, page_size)
+    summary.update(storage_counters)
+    summary.update(_summed(server.counters for server in servers))
+    tables["instances"] = _instance_summaries(servers, tables, aux_pools, page_size, warmup_s)
     summary.update(cluster_summary(tables["instances"]))
     return RunResult(scenario, in_key_order(summary), tables, loops)
+
+
+@dataclass
+class _ServerResult:
+    """What the summary needs of a server once its model is released."""
+
+    instance: int
+    loops: list[Loop]
+    counters: dict[str, int]
+
+    @classmethod
+    def of(cls, server: Server) -> _ServerResult:
+        return cls(server.instance, server.model.loops.all_loops(), server.counters())
 
 
 GC_THRESHOLDS = (50_000, 20, 100)
@@ -103,10 +128,10 @@ def _collecting_rarely() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
-def _cluster_tables(sim: Simulation) -> dict[str, pd.DataFrame]:
+def _cluster_tables(records: list[Records]) -> dict[str, pd.DataFrame]:
     """Every server's tables stacked, with the server's `instance` first: requests by id,
     the event tables in time order (stable, so one server's rows keep their order)."""
-    per_server = [server.records.tables() for server in sim.servers]
+    per_server = [one.tables() for one in records]
     tables: dict[str, pd.DataFrame] = {}
     for name, time_column in TABLE_TIMES.items():
         # Taken out of the servers' tables, so each server's frame is freed once stacked.
@@ -118,8 +143,7 @@ def _cluster_tables(sim: Simulation) -> dict[str, pd.DataFrame]:
             continue
         table = pd.concat(frames, ignore_index=True)
         del frames
-        table = table.sort_values(time_column, kind="stable").reset_index(drop=True)
-        tables[name] = table
+        tables[name] = sorted_by(table, time_column)
     return tables
 
 
@@ -146,28 +170,31 @@ def _summed(counters: Iterable[dict[str, int]]) -> dict[str, int]:
 
 
 def _instance_summaries(
-    sim: Simulation, tables: dict[str, pd.DataFrame], aux_pools: list[Any], page_size: int
+    servers: list[_ServerResult],
+    tables: dict[str, pd.DataFrame],
+    aux_pools: list[Any],
+    page_size: int,
+    warmup_s: float,
 ) -> pd.DataFrame:
     """One summary row per server: the summary keys computed on its own rows and loops (the
     storage counters, which belong to the shared backend, and the run's cost are left out)."""
     rows = []
-    alone = len(sim.servers) == 1
-    for server in sim.servers:
+    alone = len(servers) == 1
+    for server in servers:
         # A lone server's rows are all the rows: no filtered copy of every table.
         own = (
             tables if alone else {n: t[t["instance"] == server.instance] for n, t in tables.items()}
         )
-        loops = server.model.loops.all_loops()
         row = summarize(
             own,
-            loops,
+            server.loops,
             aux_pools=aux_pools,
             page_size=page_size,
-            warmup_s=sim.warmup_s,
+            warmup_s=warmup_s,
             events=0,
             wall_s=0.0,
         )
-        row.update(server.counters())
+        row.update(server.counters)
         for key in ("events", "wall_s"):
             del row[key]
         rows.append({"instance": server.instance, **in_key_order(row)})

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 import pandas as pd
 import pytest
 
-from sim.engine.records import PrefetchRecord, RequestRecord, Table
+from sim import runner
+from sim.engine.records import PrefetchRecord, RequestRecord, Table, sorted_by
 from sim.runner import run
 from tests.conftest import make_scenario
 
@@ -91,3 +95,60 @@ def test_a_run_packed_in_tiny_chunks_gives_the_same_tables(monkeypatch: pytest.M
     for name in ("requests", "prefetches", "writes"):
         assert len(whole[name]) > 7, name
         pd.testing.assert_frame_equal(whole[name], chunked[name], obj=name)
+
+
+def test_a_table_drained_in_order_equals_the_frame_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ordering the columns as they are built must give pandas' stable sort, cell for cell."""
+    monkeypatch.setattr(Table, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(Table, "MERGE_ROWS", 6)
+    rids = [7, 3, 9, 3, 0, 12, 5, 3, 1, 8, 2]
+    rows = [request_row(rid, None if i % 4 == 0 else i + 0.25) for i, rid in enumerate(rids)]
+    rows = [row._replace(outcome=f"o{i}") for i, row in enumerate(rows)]
+    unsorted, ordered = Table(RequestRecord), Table(RequestRecord)
+    for row in rows:
+        unsorted.append(row)
+        ordered.append(row)
+    expected = unsorted.drain().sort_values("rid", kind="stable").reset_index(drop=True)
+    frame = ordered.drain(order_by="rid")
+    pd.testing.assert_frame_equal(frame, expected)
+    assert frame["outcome"].tolist()[3:6] == ["o1", "o3", "o7"]
+
+
+def test_sorted_by_equals_a_stable_sort_values() -> None:
+    """Ties keep their order, NaN goes last; text, key-list and bool columns keep their dtype."""
+    frame = pd.DataFrame(
+        {
+            "instance": [0, 1, 0, 1, 2, 2],
+            "t_s": [2.0, float("nan"), 1.0, 2.0, 0.5, float("nan")],
+            "verdict": ["a", "b", "c", "d", "e", "f"],
+            "keys": [[1], None, [2, 3], None, [4], [5]],
+            "ok": [True, False, True, True, False, True],
+        }
+    )
+    expected = frame.sort_values("t_s", kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(sorted_by(frame.copy(), "t_s"), expected)
+    assert expected["verdict"].tolist() == ["e", "c", "a", "d", "b", "f"]
+
+
+def test_the_model_is_released_before_the_tables_are_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tables' peak is a long run's peak: the trees, pools and beliefs must be gone by then."""
+    models: list[weakref.ref[object]] = []
+    seen: list[bool] = []
+
+    class Watched(runner.Simulation):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            models.extend(weakref.ref(server.model) for server in self.servers)
+
+    build_tables = runner._cluster_tables
+
+    def watched_tables(*args: Any) -> dict[str, pd.DataFrame]:
+        seen.extend(model() is None for model in models)
+        return build_tables(*args)
+
+    monkeypatch.setattr(runner, "Simulation", Watched)
+    monkeypatch.setattr(runner, "_cluster_tables", watched_tables)
+    result = run(make_scenario(**{"workload.requests": 50, "duration_s": 30}))
+    assert seen == [True] and len(result.tables["requests"]) > 0

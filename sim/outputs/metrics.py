@@ -150,6 +150,17 @@ def _quantile(values: pd.Series | np.ndarray, q: float) -> float | None:
     return None if arr.size == 0 else float(np.quantile(arr, q))
 
 
+ISSUED_COLUMNS = [
+    "outcome",
+    "attempt",
+    "terminated",
+    "read_bytes",
+    "dropped_beliefs",
+    "cross_instance_pages",
+]
+"""The prefetch columns the summary reads of the issued prefetches."""
+
+
 def summarize(
     tables: dict[str, pd.DataFrame],
     loops: list[Loop],
@@ -169,13 +180,15 @@ def summarize(
     pf = pf[pf["issued_s"] >= warmup_s]
     wr = tables["writes"]
     wr = wr[wr["t_s"] >= warmup_s]
-    issued = pf[pf["outcome"].isin([Outcome.SUCCESS, Outcome.DISCARDED])]
+    # Filtered frames keep only the columns read below: a long run's tables are large, and
+    # each filtered copy of all their columns added to the run's peak memory.
+    issued = pf.loc[pf["outcome"].isin([Outcome.SUCCESS, Outcome.DISCARDED]), ISSUED_COLUMNS]
     discarded = issued[issued["outcome"] == Outcome.DISCARDED]
     forfeited = pf[pf["outcome"] == Outcome.FORFEITED]
     counted = [lp for lp in loops if lp.first_discard_s >= warmup_s]
     retried = [lp for lp in counted if lp.retried]
     healed = [lp for lp in retried if lp.healed_s is not None]
-    first_token = req.dropna(subset=["first_token_s"])
+    first_token = req.loc[req["first_token_s"].notna(), ["arrival_s", "first_token_s"]]
     ttft = first_token["first_token_s"] - first_token["arrival_s"]
     written = wr[wr["verdict"] == "write"]
     ts = tables["timeseries"]
