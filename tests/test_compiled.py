@@ -96,3 +96,27 @@ def test_a_rebuild_of_unchanged_sources_is_reused(compiled_copy: Path) -> None:
     )
     assert proc.returncode == 0
     assert "up to date" in proc.stdout
+
+
+def test_compiled_tables_pack_the_same_column_dtypes(compiled_copy: Path) -> None:
+    """Column dtypes come from the row types' annotations, which a compiled module would read
+    back wrong (`float | None` as `type`), leaving optional times unpacked and an all-None
+    column `object` instead of `float64`."""
+    probe = (
+        "from sim.engine.records import Records\n"
+        "records = Records([])\n"
+        "for table in (records.requests, records.prefetches, records.writes, records.timeseries):\n"
+        "    print([str(d) for d in table._dtypes])\n"
+    )
+    outputs = []
+    for pythonpath in (None, compiled_copy):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if pythonpath is not None:
+            env["PYTHONPATH"] = str(pythonpath)
+        proc = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO.parent
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1]
+    assert "float64" in outputs[0].splitlines()[0]

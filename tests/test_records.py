@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from sim import runner
-from sim.engine.records import PrefetchRecord, RequestRecord, Table, sorted_by
+from sim.engine.records import Table, sorted_by
+from sim.engine.rows import PrefetchRecord, RequestRecord
 from sim.runner import run
 from tests.conftest import make_scenario
 

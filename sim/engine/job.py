@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.engine.records import RequestRecord
+from sim.engine.rows import RequestRecord
 from sim.model.node import Node
 from sim.model.prefetch import PrefetchOp
 from sim.workload import Request

@@ -21,7 +21,8 @@ import simpy
 from sim.engine.channel import ReadChannel, run_callbacks
 from sim.engine.job import Job
 from sim.engine.links import Link
-from sim.engine.records import PrefetchRecord, Records, Sample, WriteRecord
+from sim.engine.records import Records
+from sim.engine.rows import PrefetchRecord, Sample, WriteRecord
 from sim.model.backup import BackupIntent, StagedWrite
 from sim.model.build import ServerModel
 from sim.model.node import Node
