@@ -36,6 +36,12 @@ class RunResult:
 STORAGE_TRACE_COLUMNS = ("instance", "t_s", "pool", "op", "key", "size_bytes", "hit")
 
 
+COLLECT_AFTER_REQUESTS = 100_000
+"""A run of at least this many requests frees its model with a full collection before building
+its tables (a few hundred MiB at 1M requests); a shorter one, a sweep's point say, would spend
+a few per cent of its time on it for a few MiB."""
+
+
 def run(
     scenario: Scenario,
     workload: Workload | None = None,
@@ -69,9 +75,11 @@ def run(
     trace = _storage_trace(sim) if storage_trace else None
     records = [server.records for server in sim.servers]
     # The model (trees, pools, beliefs) is released before the tables are built, whose peak
-    # is the run's: nothing below reads it.
+    # is the run's: nothing below reads it. Its trees are cycles, so only a full collection
+    # frees them: worth its time (a second at 1M requests) for a long run only.
     del sim, cluster
-    gc.collect()
+    if sum(len(r.requests) for r in records) >= COLLECT_AFTER_REQUESTS:
+        gc.collect()
     tables = _cluster_tables(records)
     del records
     if trace is not None:
