@@ -70,7 +70,7 @@ def source_hash(package: Path) -> str:
     return digest.hexdigest()
 
 
-def build(out: Path, quiet: bool = False) -> Path:
+def build_copy(out: Path, quiet: bool = False) -> Path:
     """Build (or reuse) the compiled copy at `out`; returns `out`, the folder for PYTHONPATH."""
     source = REPO / "sim"
     wanted = source_hash(source)
@@ -124,7 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
-    build(args.out.resolve())
+    build_copy(args.out.resolve())
 
 
 if __name__ == "__main__":

@@ -24,12 +24,13 @@ from typing import Any
 
 def main() -> None:
     repo, scenario, *overrides = sys.argv[1:]
-    sys.path.insert(0, str(Path(repo).resolve()))
+    root = str(Path(repo).resolve())
+    sys.path.insert(0, root)
     import sim.engine.simulation as simulation
     from sim.runner import run
     from sim.scenario import load_scenario
 
-    if not simulation.__file__ or not simulation.__file__.startswith(str(Path(repo).resolve())):
+    if not simulation.__file__ or not simulation.__file__.startswith(root):
         sys.exit(f"imported the simulator from {simulation.__file__}, not from {repo}")
     # The environment is a subclass of SimPy's, a Python class in either build: patchable.
     original = simulation.CountingEnvironment.run

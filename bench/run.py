@@ -304,9 +304,9 @@ def main() -> None:
         # The yardstick always runs: every figure is also given at the reference speed.
         cases = [case for case in cases if case[0].startswith((*only, "simpy_timeout_loop"))]
     if args.compiled:
-        from compile import DEFAULT_OUT, build
+        from compile import DEFAULT_OUT, build_copy
 
-        cases = with_compiled(cases, build(DEFAULT_OUT))
+        cases = with_compiled(cases, build_copy(DEFAULT_OUT))
 
     rows = []
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
@@ -322,6 +322,11 @@ def main() -> None:
                 wall = runs[name][-1]["wall_s"]
                 load = os.getloadavg()[0]
                 print(f"  round {round_ + 1}: {name} {wall:.1f} s, load {load:.1f}", flush=True)
+    # Each sample is scaled by the yardstick of its own round (measured just before it): a
+    # machine whose load changes during the benchmark changes both together.
+    yard_by_round = {
+        s["round"]: s["events"] / s["wall_s"] for s in runs.get("simpy_timeout_loop", [])
+    }
     for name, _, repeat in cases:
         samples = runs[name]
         wall = statistics.median(s["wall_s"] for s in samples)
@@ -339,12 +344,9 @@ def main() -> None:
         for extra in ("imports_rss_mib", "tables_mib"):
             if extra in samples[0]:
                 med[extra] = statistics.median(s[extra] for s in samples)
-        if runs.get("simpy_timeout_loop") and name != "simpy_timeout_loop":
-            # Each sample scaled by the yardstick of its own round (measured just before it):
-            # a machine whose load changes during the benchmark changes both together.
-            yard = {s["round"]: s["events"] / s["wall_s"] for s in runs["simpy_timeout_loop"]}
+        if yard_by_round and name != "simpy_timeout_loop":
             med["wall_s_at_reference"] = statistics.median(
-                s["wall_s"] * yard[s["round"]] / REFERENCE_EVENTS_PER_S for s in samples
+                s["wall_s"] * yard_by_round[s["round"]] / REFERENCE_EVENTS_PER_S for s in samples
             )
         base, dot, build_name = name.partition(".")
         single = medians.get(

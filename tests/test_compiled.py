@@ -35,15 +35,20 @@ SCENARIOS = [
 a cluster behind a router."""
 
 
-def fingerprint(out: Path, pythonpath: Path | None) -> str:
+def build_env(pythonpath: Path | None) -> dict[str, str]:
+    """This environment, importing the simulator from `pythonpath` (None: the installed one)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
+    return env
+
+
+def fingerprint(out: Path, pythonpath: Path | None) -> str:
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "fingerprint.py"), str(out), *SCENARIOS],
         capture_output=True,
         text=True,
-        env=env,
+        env=build_env(pythonpath),
         cwd=out.parent,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -110,11 +115,12 @@ def test_compiled_tables_pack_the_same_column_dtypes(compiled_copy: Path) -> Non
     )
     outputs = []
     for pythonpath in (None, compiled_copy):
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        if pythonpath is not None:
-            env["PYTHONPATH"] = str(pythonpath)
         proc = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO.parent
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            env=build_env(pythonpath),
+            cwd=REPO.parent,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         outputs.append(proc.stdout)
