@@ -56,20 +56,25 @@ class ExistenceCache:
     def covers_all(self, keys: Sequence[int], extra_cover: Container[int] = ()) -> bool:
         """The FULL check: is every key believed stored or already being written?
 
-        A node never written has its first page uncovered: that answer needs no pass."""
+        The check walks the keys in order and refreshes the recency of each believed key it
+        passes, stopping at the first key neither believed nor in flight: a "no" still refreshes
+        the believed keys before that one, which decides what a full cache evicts next. A node
+        never written has its first page uncovered: that answer needs no pass."""
         if not self.enabled:
             return False
         lru = self._lru
         if keys and keys[0] not in lru and keys[0] not in extra_cover:
             return False
         missing = [key for key in keys if key not in lru]
-        if missing:
-            for key in missing:
-                if key not in extra_cover:
-                    return False
-            deque(map(lru.move_to_end, [key for key in keys if key in lru]), 0)
-        else:
+        if not missing:
             deque(map(lru.move_to_end, keys), 0)
+            return True
+        for key in missing:
+            if key not in extra_cover:
+                stop = keys.index(key)
+                deque(map(lru.move_to_end, [k for k in keys[:stop] if k in lru]), 0)
+                return False
+        deque(map(lru.move_to_end, [key for key in keys if key in lru]), 0)
         return True
 
     def count_absent_recent(self, stored: KeysView[int], recent: int = 4096) -> int:

@@ -1,0 +1,259 @@
+"""SGLang's released wheels, fetched once and imported in isolation for the conformance tests.
+
+The model is checked against the code SGLang shipped, not against a reading of it: each release's
+wheel is fetched with `pip download --no-deps` into `.cache/sglang/` inside the clone, its
+`sglang/srt/mem_cache` sources are unpacked beside it, and the HiCache modules are imported
+from there. Only those modules run for real. Everything else they import (torch, the scheduler,
+the metrics, other `sglang` packages) is a permissive stub: HiCache's decision logic is plain
+Python that never touches a tensor on the paths the tests drive. No SGLang code is copied into
+the repository.
+
+Releases share module names, so each import runs with the release's own `sglang` modules in
+`sys.modules` (see `imported`), and a test that calls into a release does so inside
+`active(release)`, which puts that release's modules back for code that imports lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+import zipfile
+from collections.abc import Iterator, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+RELEASES = ("0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+"""Every release the model has a profile for, oldest first."""
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("HICACHE_SGLANG_CACHE", ROOT / ".cache" / "sglang"))
+"""Where wheels and their unpacked sources live (ignored by git, kept between runs)."""
+
+UNPACKED = ("sglang/srt/mem_cache/", "sglang/srt/managers/")
+REAL = ("sglang.srt.mem_cache",)
+"""The packages imported from the wheel; every other `sglang` module is a stub."""
+STUBBED = ("torch", "triton", "msgspec")
+"""Third-party modules the HiCache modules import at top level but do not use on these paths
+(stubbed even where installed); any other third-party module this machine lacks is stubbed
+too."""
+
+
+def source_dir(release: str) -> Path:
+    """The unpacked sources of a release, fetching and unpacking the wheel on first use."""
+    target = CACHE / release
+    stamp = target / ".unpacked"
+    if stamp.exists():
+        return target
+    wheel = _wheel(release)
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.endswith(".py") and name.startswith(UNPACKED):
+                archive.extract(name, target)
+    stamp.write_text(wheel.name + "\n")
+    return target
+
+
+def _wheel(release: str) -> Path:
+    folder = CACHE / "wheels" / release
+    found = sorted(folder.glob("sglang-*.whl"))
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder)]
+    done = subprocess.run([*command, f"sglang=={release}"], capture_output=True, text=True)
+    found = sorted(folder.glob("sglang-*.whl"))
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"could not fetch the sglang {release} wheel:\n{done.stderr[-2000:]}")
+    return found[0]
+
+
+# ---------------------------------------------------------------------- stubs
+
+
+def _stub_init_subclass(cls: type, **kwargs: Any) -> None:
+    """Stub bases accept class keywords (`msgspec.Struct, frozen=True`)."""
+
+
+def _stub_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """A stub instance used as a decorator returns what it decorates."""
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return self
+
+
+class _StubType(type):
+    """A stand-in class: any attribute is another stand-in, calling it with one callable returns
+    that callable (a decorator), and it can be subclassed, subscripted and or-ed (annotations)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return stub(name)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]
+        return super().__call__()
+
+    def __getitem__(cls, item: Any) -> Any:
+        return cls
+
+    def __or__(cls, other: Any) -> Any:
+        return cls
+
+    __ror__ = __or__
+
+    def __iter__(cls) -> Iterator[Any]:
+        return iter(())
+
+    def __bool__(cls) -> bool:
+        return False
+
+
+def stub(name: str) -> Any:
+    return _StubType(
+        name,
+        (),
+        {
+            "__init__": lambda self, *args, **kwargs: None,
+            "__getattr__": lambda self, attr: stub(attr),
+            "__init_subclass__": classmethod(_stub_init_subclass),
+            "__call__": _stub_call,
+        },
+    )
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = stub(name)
+        setattr(self, name, value)
+        return value
+
+
+def _under(name: str, prefixes: Sequence[str]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+class _ReleaseFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds `sglang.srt.mem_cache.*` in one release's sources and stubs the rest."""
+
+    def __init__(self, root: Path, real: Sequence[str]) -> None:
+        self.root = root
+        self.real = tuple(real)
+        self._missing: set[str] = set()
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if _under(name, STUBBED) or self._absent(name):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        if not _under(name, ("sglang",)):
+            return None
+        parts = Path(*name.split("."))
+        if not _under(name, self.real):
+            spec = importlib.machinery.ModuleSpec(name, self, is_package=True)
+            spec.submodule_search_locations = [str(self.root / parts)]
+            return spec
+        package = self.root / parts
+        if package.is_dir():
+            init = package / "__init__.py"
+            if init.exists():
+                return importlib.util.spec_from_file_location(
+                    name, init, submodule_search_locations=[str(package)]
+                )
+            spec = importlib.machinery.ModuleSpec(name, self, is_package=True)
+            spec.submodule_search_locations = [str(package)]
+            return spec
+        module = self.root / parts.with_suffix(".py")
+        if module.exists():
+            return importlib.util.spec_from_file_location(name, module)
+        return None
+
+    def _absent(self, name: str) -> bool:
+        """A third-party package this machine lacks (a backend's client library): stubbed."""
+        top = name.partition(".")[0]
+        if top == "sglang" or top in sys.builtin_module_names:
+            return False
+        if top in self._missing:
+            return True
+        if top in sys.modules or importlib.machinery.PathFinder.find_spec(top) is not None:
+            return False
+        self._missing.add(top)
+        return True
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StubModule(spec.name)
+        module.__path__ = list(spec.submodule_search_locations or [])
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Stub and namespace modules have no code to run."""
+
+
+def _take_modules() -> dict[str, types.ModuleType]:
+    """Remove and return every sglang module and every stub from `sys.modules`."""
+    return {
+        name: sys.modules.pop(name)
+        for name, value in list(sys.modules.items())
+        if _under(name, ("sglang",)) or isinstance(value, _StubModule)
+    }
+
+
+@cache
+def _loaded(release: str, real: tuple[str, ...]) -> dict[str, types.ModuleType]:
+    """Every module of one release's import, by name, imported with nothing else of sglang in
+    `sys.modules` (the caller's modules are put back afterwards)."""
+    root = source_dir(release)
+    saved = _take_modules()
+    finder = _ReleaseFinder(root, real)
+    sys.meta_path.insert(0, finder)
+    try:
+        for name in _MODULES:
+            with contextlib.suppress(ModuleNotFoundError):
+                importlib.import_module(name)
+        return _take_modules()
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.update(saved)
+
+
+_MODULES = (
+    "sglang.srt.mem_cache.hicache_storage",
+    "sglang.srt.mem_cache.buffer_mode.storage_existence_cache",
+    "sglang.srt.mem_cache.storage_prefetch",
+    "sglang.srt.mem_cache.unified_radix_cache",
+    "sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller",
+    "sglang.srt.mem_cache.storage.mooncake_store.mooncake_store",
+    "sglang.srt.mem_cache.storage.hf3fs.storage_hf3fs",
+    "sglang.srt.mem_cache.storage.nixl.hicache_nixl",
+)
+"""The modules a release's import brings in, where that release has them."""
+
+
+def module(release: str, name: str) -> types.ModuleType | None:
+    """One module of a release (`sglang.srt.mem_cache.` may be left off), or None where that
+    release has no such module."""
+    full = name if name.startswith("sglang.") else f"sglang.srt.mem_cache.{name}"
+    return _loaded(release, REAL).get(full)
+
+
+@contextlib.contextmanager
+def active(release: str) -> Iterator[None]:
+    """Run with this release's modules in `sys.modules`, for code that imports lazily."""
+    saved = _take_modules()
+    sys.modules.update(_loaded(release, REAL))
+    try:
+        yield
+    finally:
+        _take_modules()
+        sys.modules.update(saved)
