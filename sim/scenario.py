@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from sim.deployment.hardware import GPUS
-from sim.deployment.profiles import SGLANG_ERAS, STORAGE_BACKENDS, refusals
+from sim.deployment.profiles import SGLANG_RELEASES, STORAGE_BACKENDS, refusals
 from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
 from sim.documents import apply_override, parse_override, read_document, resolve_paths, value_at
 from sim.errors import describe, field_model, mapping
@@ -64,6 +64,7 @@ from sim.sections import (
     pool_map,
     priced,
     profile_names,
+    release_name,
     tagged,
 )
 from sim.sizes import normalize_sizes
@@ -138,7 +139,7 @@ class Scenario(Strict):
         pools = self.model.pools
         if self.warmup_s >= self.duration_s:
             raise KeyedError("warmup_s", "must be smaller than duration_s")
-        era = SGLANG_ERAS.get(self.server.sglang or "")
+        era = SGLANG_RELEASES.get(self.server.sglang or "")
         if era is not None:
             for key, message in refusals(era, pools, self.host.mode):
                 raise KeyedError(key, message)
@@ -311,7 +312,7 @@ def scenario_model() -> type[Scenario]:
         WORKLOAD_KINDS,
         MODEL_PRESETS,
         ROUTERS,
-        SGLANG_ERAS,
+        SGLANG_RELEASES,
         STORAGE_BACKENDS,
         GPUS,
     )
@@ -345,7 +346,7 @@ def _schema(*versions: int) -> type[Scenario]:
         "ServerSpec",
         __base__=ServerSpec,
         __doc__=ServerSpec.__doc__,
-        sglang=(profile_names(SGLANG_ERAS), None),
+        sglang=(release_name(), None),
     )
     hardware = create_model(
         "HardwareSpec",

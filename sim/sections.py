@@ -7,14 +7,16 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union, cast, get_args
 
 from pydantic import (
+    AfterValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     model_serializer,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
-from sim.deployment.profiles import CUSTOM
+from sim.deployment.profiles import CUSTOM, SGLANG_RELEASES, unknown_release_message
 from sim.documents import layered
 from sim.errors import nearest
 from sim.model.pools import DEFAULT_PAGE_SIZE, POOL_KINDS, KVPoolSpec, PoolSpec
@@ -283,9 +285,9 @@ class ServerSpec(Strict):
     """`server:` — which SGLang the server runs and the arguments that size it."""
 
     sglang: str | None = None
-    """One of `sim.deployment.profiles.SGLANG_ERAS` (or `custom`, the same as null): that
-    era's HiCache defaults become the defaults of the scenario's keys, and what the era's
-    server refuses to start with is bad input."""
+    """An SGLang release (`0.5.18` ... `0.5.23`, `latest`, or `pr36386` for 0.5.19; `custom`
+    or null for none): that release's HiCache defaults become the defaults of the scenario's
+    keys, and what the release's server refuses to start with is bad input."""
     tp_size: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
     """Tensor parallelism: sizes one rank's share of the weights and heads when the device is
     sized from `hardware` (device and host figures are one rank's), and makes each page that
@@ -404,6 +406,18 @@ def default(model: type[Strict], field: str) -> Any:
 def profile_names(registry: Registry[Any]) -> Any:
     """`Literal[...]` of a profile registry's names and `custom`, or null."""
     return Literal.__getitem__((*registry.names(), CUSTOM)) | None  # type: ignore[operator]
+
+
+def release_name() -> Any:
+    """A name of `SGLANG_RELEASES` or `custom`, or null; any other name is refused with the
+    releases listed and the closest one named (a retired name says why it was retired)."""
+
+    def known(name: str) -> str:
+        if name != CUSTOM and name not in SGLANG_RELEASES:
+            raise PydanticCustomError("sglang_release", unknown_release_message(name))
+        return name
+
+    return Annotated[str, Field(strict=True), AfterValidator(known)] | None
 
 
 def tagged(registry: Registry[Any], tag: str) -> Any:

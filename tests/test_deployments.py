@@ -1,6 +1,6 @@
-"""Deployments by name: SGLang eras, storage backends and GPUs as profiles of defaults, what
+"""Deployments by name: SGLang releases, storage backends and GPUs as profiles of defaults, what
 SGLang derives from them (chunk size, memory fraction, device and host pools, host link, its
-layout switches), where every value came from, and what an era's server refuses to start."""
+layout switches), where every value came from, and what a release's server refuses to start."""
 
 from __future__ import annotations
 
@@ -13,68 +13,65 @@ import pytest
 import yaml
 
 from sim.deployment.hardware import GPUS, H200_LINK, link_rates
-from sim.deployment.profiles import SGLANG_ERAS, STORAGE_BACKENDS
-from sim.deployment.resolve import show_value
+from sim.deployment.profiles import SGLANG_RELEASES, STORAGE_BACKENDS, release_names
+from sim.deployment.table import write_into
 from sim.scenario import ScenarioError, build_scenario, load_scenario
 from sim.sweep import plan
 from tests.conftest import REPO, invoke, make_doc, ok
 
+_SHARED: dict[str, Any] = {
+    "host.mode": "cache",
+    "prefetch.policy": "timeout",
+    "prefetch.threshold_tokens": 256,
+    "prefetch.timeout_base_s": 1.0,
+    "prefetch.timeout_per_ki_token_s": 0.25,
+    "device.swa_retention": "window",
+    "host.io_backend": "kernel",
+    "host.mem_layout": "page_first",
+    "prefetch.shrink": "page",
+}
+_KV_BELIEFS = {"existence_cache.beliefs": "kv", "heal": "keep_pages"}
+_POOL_BELIEFS = {
+    "existence_cache.entries": 524288,
+    "existence_cache.beliefs": "per_pool",
+    "heal": "keep_pages",
+}
+_RETRIES_ON = {"prefetch.retry.max_attempts": 8, "prefetch.retry.interval_passes": 8}
 ERA_VALUES: dict[str, dict[str, Any]] = {
-    "pr36386": {
-        "host.mode": "cache",
+    "0.5.18": {
+        **_SHARED,
+        "heal": "none",
+        "prefetch.retry.max_attempts": 0,
+        "prefetch.retry.interval_passes": 0,
+    },
+    "0.5.19": {
+        **_SHARED,
+        **_KV_BELIEFS,
         "existence_cache.entries": 131072,
-        "existence_cache.beliefs": "kv",
         "prefetch.retry.max_attempts": 4,
         "prefetch.retry.interval_passes": 0,
         "host.anchor_lock_cap": 0.0,
-        "prefetch.policy": "timeout",
-        "prefetch.threshold_tokens": 256,
-        "prefetch.timeout_base_s": 1.0,
-        "prefetch.timeout_per_ki_token_s": 0.25,
-        "device.swa_retention": "window",
-        "host.io_backend": "kernel",
-        "host.mem_layout": "page_first",
-        "heal": "keep_pages",
-        "prefetch.shrink": "page",
     },
-    "v0.5.20": {
-        "host.mode": "cache",
-        "existence_cache.entries": 524288,
-        "existence_cache.beliefs": "kv",
-        "prefetch.retry.max_attempts": 8,
-        "prefetch.retry.interval_passes": 8,
-        "host.anchor_lock_cap": 0.5,
-        "prefetch.policy": "timeout",
-        "prefetch.threshold_tokens": 256,
-        "prefetch.timeout_base_s": 1.0,
-        "prefetch.timeout_per_ki_token_s": 0.25,
-        "device.swa_retention": "window",
-        "host.io_backend": "kernel",
-        "host.mem_layout": "page_first",
-        "heal": "keep_pages",
-        "prefetch.shrink": "page",
+    **{
+        version: {
+            **_SHARED,
+            **_KV_BELIEFS,
+            **_RETRIES_ON,
+            "existence_cache.entries": 524288,
+            "host.anchor_lock_cap": 0.5,
+        }
+        for version in ("0.5.20", "0.5.21")
     },
-    "main": {
-        "host.mode": "cache",
-        "existence_cache.entries": 524288,
-        "existence_cache.beliefs": "per_pool",
-        "prefetch.retry.max_attempts": 8,
-        "prefetch.retry.interval_passes": 8,
-        "host.anchor_lock_cap": 0.5,
-        "prefetch.policy": "timeout",
-        "prefetch.threshold_tokens": 256,
-        "prefetch.timeout_base_s": 1.0,
-        "prefetch.timeout_per_ki_token_s": 0.25,
-        "device.swa_retention": "window",
-        "host.io_backend": "kernel",
-        "host.mem_layout": "page_first",
-        "heal": "keep_pages",
-        "prefetch.shrink": "restorable",
+    **{
+        version: {**_SHARED, **_POOL_BELIEFS, **_RETRIES_ON, "host.anchor_lock_cap": 0.5}
+        for version in ("0.5.22", "0.5.23")
     },
 }
+ERA_VALUES["pr36386"] = ERA_VALUES["0.5.19"]
+ERA_VALUES["latest"] = ERA_VALUES["0.5.23"]
 BACKEND_VALUES: dict[str, dict[str, Any]] = {
     "file": {
-        "storage.hit_query": "min_of_pools",
+        "storage.hit_query": "intersect",
         "storage.write_dedup": True,
         "storage.eviction": "lru",
         "storage.exists_ttl_s": 0.0,
@@ -138,7 +135,7 @@ def deployment_doc(**keys: Any) -> dict[str, Any]:
 
 
 PROFILES = [
-    *(("server.sglang", "sglang", era, SGLANG_ERAS, ERA_VALUES) for era in sorted(ERA_VALUES)),
+    *(("server.sglang", "sglang", era, SGLANG_RELEASES, ERA_VALUES) for era in sorted(ERA_VALUES)),
     *(
         ("storage.backend", "backend", name, STORAGE_BACKENDS, BACKEND_VALUES)
         for name in sorted(BACKEND_VALUES)
@@ -156,7 +153,7 @@ def test_each_profile_sets_its_pinned_values(
     resolved = scenario.model_dump(mode="json")
     for setting, value in pinned[name].items():
         assert value_at(resolved, setting) == value, setting
-        assert scenario.sources[setting] == f"{label} {name}", setting
+        assert scenario.sources[setting] == registry[name].label, setting
     assert {s.key for s in registry[name].settings} == set(pinned[name])
 
 
@@ -189,10 +186,10 @@ def test_the_scenario_wins_over_every_profile_and_says_so() -> None:
     scenario = build_scenario(doc)
     assert scenario.existence_cache.entries == 524288
     assert scenario.storage.hit_query == "min_of_pools"
-    assert scenario.sources["existence_cache.entries"] == "user; sglang pr36386 has 131072"
+    assert scenario.sources["existence_cache.entries"] == "user; sglang 0.5.19 has 131072"
     assert scenario.sources["storage.hit_query"] == "user; backend mooncake has intersect"
-    assert scenario.sources["host.mode"] == "user; sglang pr36386 has cache"
-    assert scenario.sources["existence_cache.beliefs"] == "sglang pr36386"
+    assert scenario.sources["host.mode"] == "user; sglang 0.5.19 has cache"
+    assert scenario.sources["existence_cache.beliefs"] == "sglang 0.5.19"
     assert scenario.sources["storage.read_gbps"] == "default"
 
 
@@ -205,10 +202,10 @@ def test_a_scenario_without_profiles_is_unchanged_by_them() -> None:
     assert plain.server.sglang is None and plain.hardware.memory_mib is None
 
 
-def test_pr36386_refuses_mamba_in_buffer_only_mode_naming_the_era(tmp_path: Path) -> None:
+def test_releases_before_0_5_22_refuse_mamba_in_buffer_only_mode(tmp_path: Path) -> None:
     doc = deployment_doc(
         **{
-            "server.sglang": "pr36386",
+            "server.sglang": "0.5.21",
             "host.mode": "buffer_only",
             "model.mamba": {"state_bytes": 75497472, "layers": 18},
         }
@@ -217,17 +214,51 @@ def test_pr36386_refuses_mamba_in_buffer_only_mode_naming_the_era(tmp_path: Path
     path.write_text(yaml.safe_dump(doc))
     result = invoke("run", str(path), "--out", str(tmp_path / "out"))
     assert result.exit_code == 2
-    assert "host.mode: SGLang pr36386 refuses buffer_only host memory with a mamba pool" in (
+    assert "host.mode: SGLang 0.5.21 refuses buffer_only host memory with a mamba pool" in (
         result.stderr
     )
-    assert "allowed from v0.5.20" in result.stderr
+    assert "allowed from 0.5.22" in result.stderr
     assert not (tmp_path / "out").exists()
-    for era in ("v0.5.20", "main"):
-        doc["server"]["sglang"] = era
+    for release in ("0.5.19", "0.5.20"):
+        doc["server"]["sglang"] = release
+        with pytest.raises(ScenarioError, match=r"allowed from 0\.5\.22"):
+            build_scenario(doc)
+    for release in ("0.5.22", "0.5.23", "latest"):
+        doc["server"]["sglang"] = release
         assert build_scenario(doc).model.pools == ("kv", "swa", "mamba")
-    doc["server"]["sglang"] = "pr36386"
+    doc["server"]["sglang"] = "0.5.19"
     doc["host"]["mode"] = "cache"
     assert build_scenario(doc).host.mode == "cache"
+
+
+def test_0_5_18_has_no_buffer_only_mode() -> None:
+    doc = deployment_doc(**{"server.sglang": "0.5.18", "host.mode": "buffer_only"})
+    with pytest.raises(ScenarioError, match=r"no buffer_only host memory mode.*came in 0\.5\.19"):
+        build_scenario(doc)
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [("main", "did you mean '0.5.23' (latest)?"), ("v0.5.20", "did you mean '0.5.20'?")],
+)
+def test_a_retired_name_is_refused_with_the_release_to_name(name: str, hint: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(deployment_doc(**{"server.sglang": name}))
+    assert err.value.key == "server.sglang"
+    assert "is no longer accepted" in err.value.message and hint in err.value.message
+    assert "0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23, latest, custom" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("release", "fold"),
+    [("0.5.19", "min_of_pools"), ("0.5.22", "min_of_pools"), ("0.5.23", "intersect")],
+)
+def test_a_backend_behaves_as_the_release_that_runs_it(release: str, fold: str) -> None:
+    """The file backend intersects the pools' restorable endpoints from 0.5.23 on."""
+    doc = deployment_doc(**{"server.sglang": release, "storage.backend": "file"})
+    scenario = build_scenario(doc)
+    assert scenario.storage.hit_query == fold
+    assert scenario.sources["storage.hit_query"] == "backend file"
 
 
 def test_a_mamba_host_pool_needs_a_page_first_layout() -> None:
@@ -265,7 +296,7 @@ def test_chunk_and_memory_fraction_follow_sglangs_rule(
 
 
 def test_the_32gb_tier_moved_between_eras() -> None:
-    """PR #37898 raised GPUs of 20-35 GiB from 2048 to 4096 tokens a chunk."""
+    """0.5.20 raised GPUs of 20-35 GiB from 2048 to 4096 tokens a chunk."""
 
     def chunk(era: str) -> int | None:
         doc = deployment_doc(
@@ -274,8 +305,8 @@ def test_the_32gb_tier_moved_between_eras() -> None:
         doc["device"] = {"kv_pages": 100, "swa_pages": 100}
         return build_scenario(doc).compute.chunk_tokens
 
-    assert chunk("pr36386") == 2048
-    assert chunk("v0.5.20") == chunk("main") == 4096
+    assert chunk("0.5.18") == chunk("pr36386") == 2048
+    assert chunk("0.5.20") == chunk("0.5.23") == 4096
 
 
 def test_device_pools_are_memory_minus_weights_split_as_sglang_splits_them() -> None:
@@ -380,7 +411,7 @@ def test_sglang_switches_layouts_it_cannot_use(keys: dict[str, Any], io: str, la
 
 
 def test_a_deployment_by_name_runs_and_says_where_every_value_came_from(tmp_path: Path) -> None:
-    doc = deployment_doc(**{"server.sglang": "v0.5.20", "storage.backend": "mooncake"})
+    doc = deployment_doc(**{"server.sglang": "0.5.20", "storage.backend": "mooncake"})
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc))
     ok(invoke("run", str(path), "--out", str(tmp_path / "run")))
@@ -390,7 +421,7 @@ def test_a_deployment_by_name_runs_and_says_where_every_value_came_from(tmp_path
             assert "  # " in line, f"no source on {line!r}"
     assert re.search(r"kv_pages: 16454  # .*; derived: 0\.903 of 143,771 MiB", text)
     assert re.search(r"hit_query: intersect  # backend mooncake", text)
-    assert re.search(r"entries: 524288  # sglang v0\.5\.20", text)
+    assert re.search(r"entries: 524288  # sglang 0\.5\.20", text)
     assert re.search(r"bytes_per_token: 36864  # preset gpt-oss-120b", text)
     assert re.search(r"read_gbps: 10\.0  # default", text)
     assert re.search(r"name: deployment  # user", text)
@@ -406,15 +437,15 @@ def test_validate_prints_what_profiles_and_rules_set(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(doc))
     out = ok(invoke("validate", str(path))).output
     assert "device.kv_pages = 16454  (derived:" in out
-    assert "prefetch.retry.max_attempts = 4  (sglang pr36386)" in out
+    assert "prefetch.retry.max_attempts = 4  (sglang 0.5.19)" in out
     assert (
-        "note: existence_cache.entries = 1000 is the scenario's own; sglang pr36386 has 131072"
+        "note: existence_cache.entries = 1000 is the scenario's own; sglang 0.5.19 has 131072"
         in out
     )
 
 
 def test_pickling_keeps_values_and_sources_and_equality_ignores_sources() -> None:
-    scenario = build_scenario(deployment_doc(**{"server.sglang": "main"}))
+    scenario = build_scenario(deployment_doc(**{"server.sglang": "0.5.23"}))
     again = pickle.loads(pickle.dumps(scenario))
     assert again == scenario
     assert again.sources.of == scenario.sources.of
@@ -447,7 +478,7 @@ def test_a_sweep_point_starts_from_what_the_scenario_wrote() -> None:
     doc["sweep"] = {
         "variants": {
             "pr": {"server.sglang": "pr36386", "host.mode": "buffer_only"},
-            "main-20b": {"server.sglang": "main", "model.preset": "gpt-oss-20b"},
+            "main-20b": {"server.sglang": "0.5.23", "model.preset": "gpt-oss-20b"},
         },
         "grid": {"hardware.gpu": ["h100", "h200"]},
     }
@@ -473,41 +504,28 @@ def test_the_deployment_sweep_plans_every_row() -> None:
     scenario = load_scenario(REPO / "scenarios" / "sweeps" / "deployments.yaml")
     tasks = plan(scenario, "deployments.yaml")
     rows = {dict(t.values)["variant"]: t.doc for t in tasks}
-    assert len(rows) == 9 and len(tasks) == 9 * 4 * 3
-    assert rows["pr36386-file-buffer"]["existence_cache"]["entries"] == 131072
-    assert rows["pr36386-file-buffer-kvblind"]["storage"]["hit_query"] == "kv_only"
-    assert rows["main-mooncake-buffer-mamba"]["storage"]["hit_query"] == "intersect"
-    assert rows["main-file-cache"]["host"]["mode"] == "cache"
-    assert not any("mamba" in label and "pr36386" in label for label in rows)
+    assert len(rows) == 10 and len(tasks) == 10 * 4 * 3
+    assert rows["0.5.19-file-buffer"]["existence_cache"]["entries"] == 131072
+    assert rows["0.5.19-file-buffer-kvblind"]["storage"]["hit_query"] == "kv_only"
+    assert rows["0.5.22-file-buffer-mamba"]["storage"]["hit_query"] == "min_of_pools"
+    assert rows["0.5.23-file-buffer-mamba"]["storage"]["hit_query"] == "intersect"
+    assert rows["0.5.23-file-cache"]["host"]["mode"] == "cache"
+    assert all(label.startswith(("0.5.22", "0.5.23")) for label in rows if "mamba" in label)
 
 
 # ---------------------------------------------------------------------- the documentation
 
 
-def test_docs_list_every_profile_value() -> None:
-    """docs/model.md's profile tables hold exactly the registries' values."""
+def test_docs_show_the_profiles_as_the_registries_hold_them() -> None:
+    """docs/model.md's release and backend tables are `sim.deployment.table`'s output
+    (`python -m sim.deployment.table docs/model.md` writes them)."""
     text = (REPO / "docs" / "model.md").read_text()
-    text = text[text.index("## Deployments") :]
-    text = text[: text.index("\n## ", 1)]
-    for profiles, what in ((SGLANG_ERAS, "era"), (STORAGE_BACKENDS, "backend")):
-        for profile in profiles.values():
-            for setting in profile.settings:
-                row = re.search(rf"^\| `{re.escape(setting.key)}` \|(.*)$", text, re.M)
-                assert row, f"no row for {setting.key} ({what} {profile.name})"
-                header = _header_above(text, row.start())
-                column = header.index(profile.name)
-                cells = [c.strip() for c in row.group(0).strip("|").split("|")]
-                assert cells[column] == f"`{show_value(setting.value)}`", (
-                    setting.key,
-                    profile.name,
-                )
-
-
-def _header_above(text: str, position: int) -> list[str]:
-    lines = text[:position].splitlines()
-    while lines and not lines[-1].startswith("| --- "):
-        lines.pop()
-    return [c.strip().strip("`") for c in lines[-2].strip("|").split("|")]
+    assert write_into(text) == text
+    for name in ("releases", "backends"):
+        assert f"<!-- {name} table: start -->" in text
+    for release in release_names():
+        for setting in SGLANG_RELEASES[release].settings:
+            assert f"| `{setting.key}` |" in text
 
 
 @pytest.mark.parametrize("section", ["device", "host", "compute"])

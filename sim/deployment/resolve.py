@@ -1,6 +1,6 @@
 """From what a scenario writes to every value it runs with, and where each value came from.
 
-Values come in layers, lowest first: the schema's defaults, the SGLang era (`server.sglang`),
+Values come in layers, lowest first: the schema's defaults, the SGLang release (`server.sglang`),
 the storage backend (`storage.backend`), the GPU (`hardware.gpu`) or a calibration file
 (`hardware.calibration`), the model preset (`model.preset`), then what SGLang derives from them
 (chunk size and memory fraction from the GPU's memory, device pools from memory minus weights,
@@ -18,12 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from sim.deployment.hardware import GPUS, read_calibration
-from sim.deployment.profiles import (
-    TIERS_SINCE_37898,
-    ChunkTier,
-    backend_of,
-    era_of,
-)
+from sim.deployment.profiles import ChunkTier, backend_of, era_of
+from sim.deployment.releases import TIERS_SINCE_0_5_20
 from sim.deployment.sizing import (
     NoRoomForPools,
     default_chunk_tokens,
@@ -43,7 +39,7 @@ DEFAULT = "default"
 
 @dataclass
 class Sources:
-    """Where each value came from: dotted key -> `user`, a profile's label (`sglang v0.5.20`,
+    """Where each value came from: dotted key -> `user`, a profile's label (`sglang 0.5.20`,
     `backend mooncake`, `gpu h200`, `calibration FILE`, `preset gpt-oss-120b`), `derived: why`
     or `adjusted: why`; keys not listed have the schema's default."""
 
@@ -117,7 +113,7 @@ def layer_profiles(written: dict[str, Any]) -> Layered:
     if era is not None:
         layers.append((era.label, {s.key: s.value for s in era.settings}))
     if backend is not None:
-        layers.append((backend.label, {s.key: s.value for s in backend.settings}))
+        layers.append((backend.label, {s.key: s.value for s in backend.settings_for(era)}))
     hardware = _hardware_layer(written, problems)
     if hardware is not None:
         layers.append(hardware)
@@ -178,7 +174,7 @@ class Derivation:
         self.doc, self.model, self.sources, self.default = doc, model, sources, default
         self.era = era_of(doc)
         self.tiers: tuple[ChunkTier, ...] = (
-            TIERS_SINCE_37898 if self.era is None else self.era.memory_tiers
+            TIERS_SINCE_0_5_20 if self.era is None else self.era.memory_tiers
         )
 
     def value(self, key: str) -> Any:

@@ -1,0 +1,242 @@
+"""SGLang's releases 0.5.18-0.5.23: the HiCache defaults and mechanisms each one ships.
+
+Every value is read from that release's wheel (`pip download --no-deps sglang==VERSION`) and
+cited as `release: file:function` below the package root `sglang/srt/`; the mechanisms that
+differ between releases are checked against the released code itself by the conformance suite
+(`tests/conformance/`). `pr36386` names 0.5.19, the first release with the discard heal, and
+`latest` the newest release here.
+"""
+
+from __future__ import annotations
+
+from sim.deployment.profiles import (
+    LATEST,
+    SGLANG_RELEASES,
+    ChunkTier,
+    Setting,
+    SGLangRelease,
+)
+
+_GIB = 1024
+TIERS_BEFORE_0_5_20 = (
+    ChunkTier(20 * _GIB, 2048, 8, 8),
+    ChunkTier(35 * _GIB, 2048, 24, 80),
+    ChunkTier(60 * _GIB, 4096, 32, 160),
+    ChunkTier(160 * _GIB, 8192, 256, 512),
+    ChunkTier(float("inf"), 16384, 512, 512),
+)
+"""`handle_gpu_memory_settings` through 0.5.19 (in MiB; the 60-90 and 90-160 GiB rows of
+SGLang's table have the same values and are one row here)."""
+TIERS_SINCE_0_5_20 = (
+    ChunkTier(20 * _GIB, 2048, 8, 8),
+    ChunkTier(35 * _GIB, 4096, 48, 160),
+    *TIERS_BEFORE_0_5_20[2:],
+)
+"""0.5.20 raised the 20-35 GiB tier (32 GB cards) to 4096 tokens and 48 / 160 graphs
+(0.5.20: arg_groups/memory_hook.py:handle_gpu_memory_settings)."""
+
+_ARGS_0_5_18 = "0.5.18: server_args.py:ServerArgs"
+_ARGS = "arg_groups/fields/memory.py:Memory"
+_CACHE = "mem_cache/buffer_mode/storage_existence_cache.py"
+_TREE = "mem_cache/unified_radix_cache.py:UnifiedRadixCache"
+
+
+def _shared(args: str) -> tuple[Setting, ...]:
+    """The defaults every release ships alike, cited at `args` (where its server arguments
+    are declared)."""
+    return (
+        Setting("prefetch.policy", "timeout", f"`--hicache-storage-prefetch-policy` ({args})"),
+        Setting("prefetch.threshold_tokens", 256, "`prefetch_threshold` of the extra config"),
+        Setting("prefetch.timeout_base_s", 1.0, "`prefetch_timeout_base` of the extra config"),
+        Setting(
+            "prefetch.timeout_per_ki_token_s", 0.25, "`prefetch_timeout_per_ki_token`, extra config"
+        ),
+        Setting(
+            "device.swa_retention",
+            "window",
+            "out-of-window SWA freeing on by default "
+            "(`SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS`), branching points cached",
+        ),
+        Setting("host.io_backend", "kernel", f"`--hicache-io-backend` ({args})"),
+        Setting("host.mem_layout", "page_first", f"`--hicache-mem-layout` ({args})"),
+        Setting(
+            "prefetch.shrink",
+            "page",
+            "cache mode: `alloc_len = min(hit, avail - avail % page)` "
+            f"({_TREE}._try_alloc_storage_hit)",
+        ),
+    )
+
+
+def _host_mode(release: str, args: str) -> Setting:
+    return Setting("host.mode", "cache", f"`--hicache-host-memory-mode` ({release}: {args})")
+
+
+def _retries(release: str, attempts: int, passes: int, args: str) -> tuple[Setting, ...]:
+    return (
+        Setting(
+            "prefetch.retry.max_attempts",
+            attempts,
+            f"`--hicache-storage-prefetch-retry-max-attempts` {attempts} ({release}: {args})",
+        ),
+        Setting(
+            "prefetch.retry.interval_passes",
+            passes,
+            f"`--hicache-storage-prefetch-retry-poll-interval` {passes}"
+            f"{' (off)' if passes == 0 else ' scheduling passes'} ({release}: {args})",
+        ),
+    )
+
+
+def _kv_beliefs(release: str, entries: int) -> tuple[Setting, ...]:
+    """0.5.19-0.5.21: one LRU of (pool, hash) keys, used for KV only; the discard heal cuts the
+    KV beliefs at the pages every pool served."""
+    return (
+        Setting(
+            "existence_cache.entries",
+            entries,
+            f"`HICACHE_EXISTENCE_CACHE_MAX_ENTRIES = {entries // 1024} * 1024` "
+            f"({release}: {_CACHE})",
+        ),
+        Setting(
+            "existence_cache.beliefs",
+            "kv",
+            f"`StorageExistenceCache` used with `PoolName.KV` only ({release}: {_CACHE})",
+        ),
+        Setting(
+            "heal",
+            "keep_pages",
+            f"`invalidate_beyond(KV, keep_pages)` ({release}: {_TREE}."
+            "_check_hybrid_prefetch_result)",
+        ),
+    )
+
+
+def _pool_beliefs(release: str) -> tuple[Setting, ...]:
+    """0.5.22 on: `PoolExistenceBeliefs`, one LRU a pool, a node written pool by pool."""
+    return (
+        Setting(
+            "existence_cache.entries",
+            524288,
+            f"`HICACHE_EXISTENCE_CACHE_MAX_ENTRIES = 512 * 1024` per pool ({release}: {_CACHE})",
+        ),
+        Setting(
+            "existence_cache.beliefs",
+            "per_pool",
+            f"`StorageExistenceCache.pool` ({release}: {_CACHE}:PoolExistenceBeliefs)",
+        ),
+    )
+
+
+def _anchor_cap(release: str, cap: float, why: str) -> Setting:
+    return Setting("host.anchor_lock_cap", cap, f"{why} ({release}: environ.py:Envs)")
+
+
+_PINS_ON = "`SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP` 0.5, pins on by default"
+
+
+def _register(release: SGLangRelease, *aliases: str) -> None:
+    for name in (release.name, *aliases):
+        SGLANG_RELEASES.register(name, release)
+
+
+_register(
+    SGLangRelease(
+        name="0.5.18",
+        summary="before the existence cache: no buffer_only host mode, no beliefs, no retries",
+        settings=(
+            *_shared(_ARGS_0_5_18),
+            Setting("host.mode", "cache", f"no `--hicache-host-memory-mode` ({_ARGS_0_5_18})"),
+            Setting(
+                "heal",
+                "none",
+                f"no existence beliefs to heal (0.5.18: {_TREE}._check_hybrid_prefetch_result "
+                "only logs a discard)",
+            ),
+            *_retries("0.5.18", 0, 0, "no retry arguments in server_args.py"),
+        ),
+        buffer_only_pools=frozenset(),
+        memory_tiers=TIERS_BEFORE_0_5_20,
+    )
+)
+_register(
+    SGLangRelease(
+        name="0.5.19",
+        summary="buffer_only mode and the KV-only existence cache of 128 Ki entries with the "
+        "discard heal (PR #36386); retries present but off",
+        settings=(
+            *_shared("0.5.19: server_args.py:ServerArgs"),
+            _host_mode("0.5.19", "server_args.py:ServerArgs"),
+            *_kv_beliefs("0.5.19", 131072),
+            *_retries("0.5.19", 4, 0, "server_args.py:ServerArgs"),
+            _anchor_cap(
+                "0.5.19",
+                0.0,
+                "anchor pins opt-in behind `SGLANG_ENABLE_HICACHE_BUFFER_ANCHOR_LOCK`",
+            ),
+        ),
+        buffer_only_pools=frozenset({"kv", "swa"}),
+        memory_tiers=TIERS_BEFORE_0_5_20,
+    ),
+    "pr36386",
+)
+for _version in ("0.5.20", "0.5.21"):
+    _register(
+        SGLangRelease(
+            name=_version,
+            summary="retries on (8 attempts, 8 passes), 512 Ki KV-only beliefs, anchor pins on; "
+            "Mamba still refused in buffer_only mode",
+            settings=(
+                *_shared(f"{_version}: {_ARGS}"),
+                _host_mode(_version, _ARGS),
+                *_kv_beliefs(_version, 524288),
+                *_retries(_version, 8, 8, _ARGS),
+                _anchor_cap(_version, 0.5, _PINS_ON),
+            ),
+            buffer_only_pools=frozenset({"kv", "swa"}),
+            memory_tiers=TIERS_SINCE_0_5_20,
+        )
+    )
+_register(
+    SGLangRelease(
+        name="0.5.22",
+        summary="per-pool existence beliefs healed pool by pool; Mamba accepted in buffer_only "
+        "mode; the file backend's read errors caught",
+        settings=(
+            *_shared(f"0.5.22: {_ARGS}"),
+            _host_mode("0.5.22", _ARGS),
+            *_pool_beliefs("0.5.22"),
+            Setting(
+                "heal",
+                "keep_pages",
+                f"`heal_from_transfer` per pool (0.5.22: {_TREE}._check_hybrid_prefetch_result)",
+            ),
+            *_retries("0.5.22", 8, 8, _ARGS),
+            _anchor_cap("0.5.22", 0.5, _PINS_ON),
+        ),
+        buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
+        memory_tiers=TIERS_SINCE_0_5_20,
+    )
+)
+_register(
+    SGLangRelease(
+        name="0.5.23",
+        summary="a deadline is not evidence (no heal after it); the file backend's hit query "
+        "intersects the pools",
+        settings=(
+            *_shared(f"0.5.23: {_ARGS}"),
+            _host_mode("0.5.23", _ARGS),
+            *_pool_beliefs("0.5.23"),
+            Setting(
+                "heal",
+                "keep_pages",
+                f"`heal_from_transfer` per pool (0.5.23: {_TREE}._check_hybrid_prefetch_result)",
+            ),
+            *_retries("0.5.23", 8, 8, _ARGS),
+            _anchor_cap("0.5.23", 0.5, _PINS_ON),
+        ),
+        buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
+        memory_tiers=TIERS_SINCE_0_5_20,
+    ),
+    LATEST,
+)
