@@ -238,9 +238,15 @@ class PrefetchSpec(Strict):
     retry: RetrySpec = Field(default_factory=RetrySpec)
     shrink: Literal["page", "restorable", "none"] = "page"
     """Cache mode: a hit host memory cannot stage whole, even after evicting host copies,
-    shrinks to what fits if that meets the threshold: to a page (`page`, SGLang through
-    v0.5.20), to the largest endpoint every aux pool can restore (`restorable`, the newest
-    code), or not at all (`none`, the simulator's earlier model: declined)."""
+    shrinks to what fits if that meets the threshold: to a page (`page`, every SGLang release
+    through 0.5.23), to the largest endpoint every aux pool can restore (`restorable`, a
+    what-if read from unreleased code), or not at all (`none`, the simulator's earlier model:
+    declined)."""
+    short_span_aux: Literal["own_pages", "none"] = "own_pages"
+    """buffer_only mode: what a span that starts mid-tree and is shorter than an aux pool's tail
+    (an SWA window) asks that pool for: its own pages, the device prefix holding the rest of
+    the window (`own_pages`, SGLang 0.5.19), or nothing, which fails the hybrid check
+    (`none`, 0.5.20 on, and every release in cache mode)."""
 
 
 class ComputeSpec(Strict):

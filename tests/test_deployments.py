@@ -29,6 +29,7 @@ _SHARED: dict[str, Any] = {
     "host.io_backend": "kernel",
     "host.mem_layout": "page_first",
     "prefetch.shrink": "page",
+    "prefetch.short_span_aux": "none",
 }
 _KV_BELIEFS = {"existence_cache.beliefs": "kv", "heal": "keep_pages"}
 _POOL_BELIEFS = {
@@ -51,6 +52,7 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
         "prefetch.retry.max_attempts": 4,
         "prefetch.retry.interval_passes": 0,
         "host.anchor_lock_cap": 0.0,
+        "prefetch.short_span_aux": "own_pages",
     },
     **{
         version: {

@@ -7,12 +7,16 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.model.build import build_model
 from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.prefetch import AuxTransfer, PrefetchOp, hybrid_check, plan_aux_transfers
 from sim.model.storage import STORAGE_BATCH_PAGES, Storage, StoragePool
+from sim.scenario import build_scenario
+from tests.conftest import make_doc
 from tests.model_helpers import layout, pool
 
 
@@ -551,3 +555,18 @@ def test_a_buffer_mode_span_shorter_than_the_window_asks_for_its_own_pages() -> 
     assert swa.keys == (41, 42) and mamba.keys == (42,)
     (swa,) = plan_aux_transfers(aux[:1], op)
     assert swa.keys is None
+
+
+@pytest.mark.parametrize(("short_span_aux", "keys"), [("own_pages", (41,)), ("none", None)])
+def test_the_short_span_key_picks_the_release_s_swa_transfer(
+    short_span_aux: str, keys: tuple[int, ...] | None
+) -> None:
+    """0.5.19's buffer_only mode asks for a short mid-tree span's own SWA pages; 0.5.20 on ask
+    for nothing, which fails the hybrid check (`prefetch.short_span_aux`)."""
+    doc = make_doc(**{"prefetch.short_span_aux": short_span_aux})
+    prefetcher = build_model(build_scenario(doc)).prefetcher
+    op = op_of([41], 0, start=5)
+    op.reported_pages = 1
+    assert prefetcher.stage(op)
+    by_pool = {t.pool: t.keys for t in op.aux}
+    assert by_pool["swa"] == keys

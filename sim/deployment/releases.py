@@ -68,6 +68,21 @@ def _shared(args: str) -> tuple[Setting, ...]:
     )
 
 
+def _short_span(release: str, value: str) -> Setting:
+    """What a mid-tree span shorter than the SWA window asks the SWA pool for."""
+    where = (
+        "mem_cache/unified_cache/components/swa_component.py"
+        if release in ("0.5.18", "0.5.19")
+        else "mem_cache/unified_cache/components/swa.py"
+    )
+    what = {"own_pages": "its own pages in buffer_only mode", "none": "no SWA transfer"}[value]
+    return Setting(
+        "prefetch.short_span_aux",
+        value,
+        f"{what} ({release}: {where}:SWAComponent.prepare_prefetch)",
+    )
+
+
 def _host_mode(release: str, args: str) -> Setting:
     return Setting("host.mode", "cache", f"`--hicache-host-memory-mode` ({release}: {args})")
 
@@ -154,6 +169,7 @@ _register(
                 "only logs a discard)",
             ),
             *_retries("0.5.18", 0, 0, "no retry arguments in server_args.py"),
+            _short_span("0.5.18", "none"),
         ),
         buffer_only_pools=frozenset(),
         memory_tiers=TIERS_BEFORE_0_5_20,
@@ -169,6 +185,7 @@ _register(
             _host_mode("0.5.19", "server_args.py:ServerArgs"),
             *_kv_beliefs("0.5.19", 131072),
             *_retries("0.5.19", 4, 0, "server_args.py:ServerArgs"),
+            _short_span("0.5.19", "own_pages"),
             _anchor_cap(
                 "0.5.19",
                 0.0,
@@ -192,6 +209,7 @@ for _version in ("0.5.20", "0.5.21"):
                 *_kv_beliefs(_version, 524288),
                 *_retries(_version, 8, 8, _ARGS),
                 _anchor_cap(_version, 0.5, _PINS_ON),
+                _short_span(_version, "none"),
             ),
             buffer_only_pools=frozenset({"kv", "swa"}),
             memory_tiers=TIERS_SINCE_0_5_20,
@@ -213,6 +231,7 @@ _register(
             ),
             *_retries("0.5.22", 8, 8, _ARGS),
             _anchor_cap("0.5.22", 0.5, _PINS_ON),
+            _short_span("0.5.22", "none"),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
         memory_tiers=TIERS_SINCE_0_5_20,
@@ -234,6 +253,7 @@ _register(
             ),
             *_retries("0.5.23", 8, 8, _ARGS),
             _anchor_cap("0.5.23", 0.5, _PINS_ON),
+            _short_span("0.5.23", "none"),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
         memory_tiers=TIERS_SINCE_0_5_20,

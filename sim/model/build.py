@@ -317,6 +317,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         client=instance,
         aux_staging=aux_staging(scenario, aux) if buffer_only else (),
         shrink=prefetch.shrink,
+        short_span_own_pages=prefetch.short_span_aux == "own_pages",
     )
     copies = {name: scenario.model.pool_spec(name).host_copies() for name in pools}  # type: ignore[union-attr]
     timing = Timing(

@@ -86,9 +86,10 @@ def plan_aux_transfers(
 ) -> list[AuxTransfer]:
     """Tail-key transfers for the hit endpoint (SGLang's _sync_trailing_keys).
 
-    In `buffer_only` mode a span that starts mid-tree and is shorter than a pool's
-    tail asks for the span's own pages, the device prefix holding the rest of the window
-    (SGLang's SWAComponent.prepare_prefetch); otherwise such a span gets no transfer.
+    With `buffer_only` (SGLang 0.5.19's buffer_only mode) a span that starts mid-tree and is
+    shorter than a pool's tail asks for the span's own pages, the device prefix holding the rest
+    of the window (SWAComponent.prepare_prefetch); otherwise, as in 0.5.20 on, such a span gets
+    no transfer.
     """
     hit_span = op.hit_span
     return [
@@ -230,6 +231,7 @@ class Prefetcher:
         client: int = 0,
         aux_staging: Sequence[AuxStaging] = (),
         shrink: str = "none",
+        short_span_own_pages: bool = True,
     ) -> None:
         self.storage = storage
         self.client = client
@@ -257,7 +259,9 @@ class Prefetcher:
         """Cache mode: how a hit that cannot be staged whole shrinks (`none`, `page`,
         `restorable`)."""
         self.shrunk_prefetches = 0
-        """buffer_only mode: the host staging pools of the aux pools that stage (SWA)."""
+        self.short_span_own_pages = self.buffer_only and short_span_own_pages
+        """A mid-tree span shorter than an aux tail asks for its own pages (SGLang 0.5.19's
+        buffer_only mode) rather than getting no transfer."""
 
     def plan(
         self,
@@ -329,7 +333,7 @@ class Prefetcher:
             op.reported_pages = shrunk
             self.shrunk_prefetches += 1
         op.hit_pages = op.reported_pages
-        op.aux = plan_aux_transfers(self.storage.aux, op, buffer_only=self.buffer_only)
+        op.aux = plan_aux_transfers(self.storage.aux, op, buffer_only=self.short_span_own_pages)
         return True
 
     def _shrunk_hit(self, op: PrefetchOp, now_s: float | None) -> int:
