@@ -180,10 +180,12 @@ class StorageSpec(Strict):
     write_dedup: bool = True
     """A put of a key the backend reports as stored is skipped (file, hf3fs, Mooncake); false
     writes it again (nixl)."""
-    failed_read: Literal["keep", "delete", "halt"] = "keep"
+    failed_read: Literal["keep", "delete", "halt", "miss_batch"] = "keep"
     """What a failed read does: `keep` leaves the object (every SGLang backend but the file
     one); `delete` removes it (a what-if: no backend does); `halt` raises out of the backend and
-    stops the server's storage reads for the rest of the run (the file backend)."""
+    stops the server's storage reads for the rest of the run (the file backend to 0.5.21);
+    `miss_batch` raises to a reader that catches it: the KV batch or aux transfer counts 0
+    pages, the object stays, reading goes on (the file backend from 0.5.22)."""
     failed_put_torn: bool = False
     """A failed put leaves a torn object at its key (the file backend while it wrote straight
     to the key's path) instead of nothing."""

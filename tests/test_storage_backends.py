@@ -125,3 +125,34 @@ def test_the_nixl_backend_writes_the_rewrites_that_the_file_backend_skips() -> N
     assert file["rewrite_pages"] > 0
     assert nixl["written_bytes"] > file["written_bytes"]
     assert nixl["staged_write_bytes"] == nixl["written_bytes"]
+
+
+def test_a_caught_failed_read_counts_the_whole_call_as_missed_and_keeps_the_object() -> None:
+    """`miss_batch` (the file backend from 0.5.22, whose cache controller catches the read
+    error): a batch whose third page fails serves none of it to the reader, the object stays
+    and `exists` still reports it; the pages read before the failure were still read."""
+    store = pool(capacity=None, failed_read="miss_batch", torn_put_prob=0.0)
+    store.put([1, 2, 3, 4], 0.0)
+    store._torn.add(3)
+    served = store.get([1, 2, 3, 4])
+    assert served == 2 and store.last_read_failed
+    assert store.credited(served) == 0
+    assert store.exists(3, 0.0) and store.get_hits == 3
+    assert store.get([1, 2]) == 2 and store.credited(2) == 2
+    keep = pool(capacity=None, failed_read="keep")
+    keep.put([1, 2, 3], 0.0)
+    keep._torn.add(3)
+    assert keep.credited(keep.get([1, 2, 3])) == 2
+
+
+def test_a_caught_failed_read_never_halts_the_servers_storage_reads() -> None:
+    """The torn-file scenario under `miss_batch`: no halt, later prefetches still load, and the
+    torn object keeps being reported and read (it is never removed)."""
+    from sim.scenario import load_scenario
+    from tests.test_failure_kinds import FAILURES
+
+    changes = {"duration_s": 300.0, "warmup_s": 30.0, "storage.failed_read": "miss_batch"}
+    summary = run(load_scenario(FAILURES / "torn_file.yaml", changes)).summary
+    assert summary["storage_io_halts"] == 0
+    assert summary["storage_swa_torn_reads"] > 1
+    assert summary["l3_loaded_tokens"] > 0

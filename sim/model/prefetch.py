@@ -406,9 +406,9 @@ class Prefetcher:
         before = kv.cross_get_hits
         served = kv.get(batch, now_s, self.client)
         op.cross_instance_pages += kv.cross_get_hits - before
-        op.completed_pages += served
+        op.completed_pages += kv.credited(served)
         op.kv_read_pages += served
-        return served == len(batch)
+        return kv.credited(served) == len(batch)
 
     def read_raised(self, pool: str) -> bool:
         """Whether the latest read of this pool failed in a backend whose failed reads raise
@@ -425,9 +425,10 @@ class Prefetcher:
     def read_aux(self, op: PrefetchOp, transfer: AuxTransfer, now_s: float) -> None:
         assert transfer.keys is not None
         pool = self.storage.pools[transfer.pool]
-        transfer.hit_pages = pool.get(transfer.keys, now_s, self.client)
+        served = pool.get(transfer.keys, now_s, self.client)
+        transfer.hit_pages = pool.credited(served)
         transfer.read = True
-        op.aux_read_bytes += transfer.hit_pages * pool.page_bytes
+        op.aux_read_bytes += served * pool.page_bytes
 
     def may_stop_at(self, op: PrefetchOp) -> float:
         """The termination policy: when the scheduler may stop this op."""

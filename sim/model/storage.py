@@ -37,11 +37,13 @@ STORAGE_COUNTERS = (
 pool holds at the horizon; `torn_puts`: puts that left an unreadable object, `torn_reads`: reads
 that met one)."""
 
-FAILED_READS = ("keep", "delete", "halt")
+FAILED_READS = ("keep", "delete", "halt", "miss_batch")
 """What a failed read (a failure draw or a torn object) does: `keep` reports it and leaves the
 object, so `exists` goes on reporting it; `delete` also removes the object; `halt` raises out of
 the backend, which stops the reading server's storage prefetch for the rest of the run (SGLang's
-file backend)."""
+file backend to 0.5.21); `miss_batch` raises to a reader that catches it: the whole call (a KV
+batch, an aux transfer) counts 0 pages, the object stays, and reading goes on with the next
+prefetch (the file backend from 0.5.22, whose cache controller catches the error)."""
 
 
 EVICTION_ORDERS = ("lru", "fifo", "lease")
@@ -260,6 +262,11 @@ class StoragePool:
                 self._read_failed(key, keys[i + 1 :], is_torn)
                 return i
         return len(keys)
+
+    def credited(self, served: int) -> int:
+        """Pages the reader counts of a `get` that served `served`: none when the read failed
+        and the backend raised to a reader that catches it (`miss_batch`), else all."""
+        return 0 if self.last_read_failed and self.failed_read == "miss_batch" else served
 
     def _get_run(self, keys: Sequence[int], client: int) -> int:
         """`get` when no read can fail and nothing is logged: the leading run of stored keys is
