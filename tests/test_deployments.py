@@ -77,7 +77,7 @@ BACKEND_VALUES: dict[str, dict[str, Any]] = {
         "storage.write_dedup": True,
         "storage.eviction": "lru",
         "storage.exists_ttl_s": 0.0,
-        "storage.failed_read": "halt",
+        "storage.failed_read": "miss_batch",
         "storage.failed_put_torn": False,
     },
     "hf3fs": {
@@ -252,14 +252,23 @@ def test_a_retired_name_is_refused_with_the_release_to_name(name: str, hint: str
 
 
 @pytest.mark.parametrize(
-    ("release", "fold"),
-    [("0.5.19", "min_of_pools"), ("0.5.22", "min_of_pools"), ("0.5.23", "intersect")],
+    ("release", "fold", "failed_read"),
+    [
+        ("0.5.19", "min_of_pools", "halt"),
+        ("0.5.21", "min_of_pools", "halt"),
+        ("0.5.22", "min_of_pools", "miss_batch"),
+        ("0.5.23", "intersect", "miss_batch"),
+    ],
 )
-def test_a_backend_behaves_as_the_release_that_runs_it(release: str, fold: str) -> None:
-    """The file backend intersects the pools' restorable endpoints from 0.5.23 on."""
+def test_a_backend_behaves_as_the_release_that_runs_it(
+    release: str, fold: str, failed_read: str
+) -> None:
+    """The file backend's read errors are caught from 0.5.22 on and its hit query intersects
+    the pools' restorable endpoints from 0.5.23 on."""
     doc = deployment_doc(**{"server.sglang": release, "storage.backend": "file"})
     scenario = build_scenario(doc)
     assert scenario.storage.hit_query == fold
+    assert scenario.storage.failed_read == failed_read
     assert scenario.sources["storage.hit_query"] == "backend file"
 
 

@@ -41,9 +41,9 @@ STORAGE_BACKENDS.register(
             Setting(
                 "storage.failed_read",
                 "halt",
-                "`get` catches only FileNotFoundError: a short read raises IOError, as does EIO, "
-                "out of `batch_get` and ends the prefetch IO worker (PR #39269, open, would "
-                "make it a miss)",
+                "`HiCacheFile.get` catches only FileNotFoundError: a short read raises IOError, "
+                "as does EIO, and nothing catches it, which ends the prefetch IO worker "
+                "(0.5.18: managers/cache_controller.py:HiCacheController._page_transfer)",
             ),
             Setting(
                 "storage.failed_put_torn",
@@ -53,6 +53,16 @@ STORAGE_BACKENDS.register(
             ),
         ),
         changes=(
+            (
+                "0.5.22",
+                Setting(
+                    "storage.failed_read",
+                    "miss_batch",
+                    "the controller catches the error: the KV batch counts 0 pages, the object "
+                    "stays and the IO worker goes on (0.5.22: managers/cache_controller.py:"
+                    "HiCacheController._page_transfer)",
+                ),
+            ),
             (
                 "0.5.23",
                 Setting(
