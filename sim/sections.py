@@ -239,6 +239,12 @@ class PrefetchSpec(Strict):
     shrinks to what fits if that meets the threshold: to a page (`page`, SGLang through
     v0.5.20), to the largest endpoint every aux pool can restore (`restorable`, the newest
     code), or not at all (`none`, the simulator's earlier model: declined)."""
+    heal_after_deadline: bool = True
+    """Does a prefetch the `timeout` policy stopped still heal existence beliefs from what it
+    was told and read? `true`: SGLang 0.5.19-0.5.22 (the hit-query heal and the discard heal
+    run for it as for any op); `false`: 0.5.23, where a stop at the deadline marks the op
+    `deadline_expired` and neither heal runs (a deadline is no evidence that anything is
+    missing). A stop under `best_effort` is never a deadline."""
 
 
 class ComputeSpec(Strict):

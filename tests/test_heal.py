@@ -211,9 +211,9 @@ def drop(rule: str, storage: Storage, op: PrefetchOp) -> list[int]:
     return RULES[rule](view)
 
 
-def test_registry_has_the_four_rules() -> None:
+def test_registry_has_the_five_rules() -> None:
     """The scenario key `heal` selects one of these."""
-    assert set(RULES) == {"none", "keep_pages", "drop_chain", "exact"}
+    assert set(RULES) == {"none", "keep_pages", "per_pool", "drop_chain", "exact"}
 
 
 SPAN12 = tuple(range(101, 113))
