@@ -62,9 +62,7 @@ def _case(rng: random.Random) -> dict[str, Any]:
     completed = rng.choice([hit, hit, rng.randint(0, hit)])
     stopped = rng.random() < 0.35
     span = tuple(range(100, 100 + hit))
-    prior = {
-        pool: sorted(k for k in (*span, 99, 200) if rng.random() < 0.6) for pool in pools
-    }
+    prior = {pool: sorted(k for k in (*span, 99, 200) if rng.random() < 0.6) for pool in pools}
     served = {pool: rng.randint(0, 3) for pool in pools if pool != KV}
     return {
         "pools": pools,
