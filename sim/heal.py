@@ -1,8 +1,17 @@
 """Healing rules: which existence beliefs to drop after a discarded hybrid prefetch.
 
-`keep_pages` is the contract rule from SGLang's fix; the others exist to compare against it.
-A rule is a function `(DiscardView) -> pages to drop`, registered in `RULES` under the name the
-scenario key `heal` selects it by; the schema accepts exactly the registered names.
+`keep_pages` is the contract rule from SGLang's fix (0.5.19-0.5.21); `per_pool` is what SGLang
+does with per-pool beliefs (0.5.22 on); the others exist to compare against them. A rule is a
+function `(DiscardView) -> KV pages to drop`, or `-> keys to drop by pool` for a rule that
+decides every pool, registered in `RULES` under the name the scenario key `heal` selects it by;
+the schema accepts exactly the registered names.
+
+Under KV-only beliefs only the KV drops act (there are no aux beliefs). Under per-pool beliefs a
+rule that decides by pool is the whole discard heal; a KV rule's drops act beside the per-pool
+heal of the reads that were made and came back short (`sim.model.heals.read_drops`, the
+simulator's earlier reading of per-pool beliefs, kept as a what-if): `none` and `keep_pages`
+under `existence_cache.beliefs: per_pool` are that, with no KV drops and with the KV cut at
+`keep_pages` respectively.
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sim.model.heals import PoolDrops, served_drops
 from sim.model.prefetch import PrefetchOp
 from sim.model.storage import Storage
 from sim.registry import Registry
@@ -45,7 +55,7 @@ class DiscardView:
     storage: Storage
 
 
-HealRule = Callable[[DiscardView], list[int]]
+HealRule = Callable[[DiscardView], Sequence[int] | PoolDrops]
 
 RULES: Registry[HealRule] = Registry("heal rule")
 
@@ -64,6 +74,13 @@ def _keep_pages(view: DiscardView) -> list[int]:
     aux = [(None if t.keys is None else len(t.keys), t.hit_pages) for t in op.aux]
     keep = keep_pages(op.completed_pages * view.page_size, view.page_size, len(span), aux)
     return list(span[keep:])
+
+
+@RULES.register("per_pool")
+def _per_pool(view: DiscardView) -> PoolDrops:
+    """Each pool past what it served: KV past its completed pages, each aux pool past the keys
+    of its transfer it got (SGLang 0.5.22 on). Under KV-only beliefs only the KV part acts."""
+    return served_drops(view.op)
 
 
 @RULES.register("drop_chain")

@@ -249,6 +249,12 @@ class PrefetchSpec(Strict):
     (an SWA window) asks that pool for: its own pages, the device prefix holding the rest of
     the window (`own_pages`, SGLang 0.5.19), or nothing, which fails the hybrid check
     (`none`, 0.5.20 on, and every release in cache mode)."""
+    heal_after_deadline: bool = True
+    """Does a prefetch the `timeout` policy stopped still heal existence beliefs from what it
+    was told and read? `true`: SGLang 0.5.19-0.5.22 (the hit-query heal and the discard heal
+    run for it as for any op); `false`: 0.5.23, where a stop at the deadline marks the op
+    `deadline_expired` and neither heal runs (a deadline is no evidence that anything is
+    missing). A stop under `best_effort` is never a deadline."""
 
 
 class ComputeSpec(Strict):

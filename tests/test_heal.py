@@ -211,9 +211,9 @@ def drop(rule: str, storage: Storage, op: PrefetchOp) -> list[int]:
     return RULES[rule](view)
 
 
-def test_registry_has_the_four_rules() -> None:
+def test_registry_has_the_five_rules() -> None:
     """The scenario key `heal` selects one of these."""
-    assert set(RULES) == {"none", "keep_pages", "drop_chain", "exact"}
+    assert set(RULES) == {"none", "keep_pages", "per_pool", "drop_chain", "exact"}
 
 
 SPAN12 = tuple(range(101, 113))
@@ -355,3 +355,32 @@ def test_rules_on_real_reads(case: tuple[dict[str, list[int]], int, int | None])
     exact = drop("exact", storage, op)
     assert exact == missing
     assert set(exact) <= set(hit_span[keep:])
+
+
+# ---------------------------------------------------------------- per_pool and the deadline
+
+
+def test_rule_per_pool_swa_tail_hole_drops_only_the_swa_keys_not_served() -> None:
+    """KV complete, SWA got 109 of (109, 110): only SWA's 110 is dropped; KV keeps all."""
+    storage, op = swa_tail_hole()
+    view = DiscardView(op=op, page_size=PAGE, storage=storage)
+    assert RULES["per_pool"](view) == {"swa": [110]}
+
+
+def test_rule_per_pool_kv_hole_drops_kv_past_completed_and_the_unread_tails() -> None:
+    """KV stopped at 4 pages: KV past 4; the aux transfers never read served none of their keys."""
+    storage, op = kv_hole_terminated()
+    view = DiscardView(op=op, page_size=PAGE, storage=storage)
+    assert RULES["per_pool"](view) == {
+        "kv": list(range(105, 111)),
+        "swa": [109, 110],
+        "mamba": [110],
+    }
+
+
+def test_heal_after_deadline_is_a_prefetch_key_defaulting_to_true() -> None:
+    """`prefetch.heal_after_deadline`: true is 0.5.19-0.5.22 (and the goldens), false 0.5.23."""
+    from sim.sections import PrefetchSpec
+
+    assert PrefetchSpec().heal_after_deadline is True
+    assert PrefetchSpec(heal_after_deadline=False).heal_after_deadline is False

@@ -8,7 +8,7 @@ happens.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ from sim.model.anchors import AnchorPins
 from sim.model.backup import StagedWrite, WritePath
 from sim.model.components import AuxDevice
 from sim.model.existence import ExistenceCache
+from sim.model.heals import PoolDrops
 from sim.model.host import (
     CACHE_PREFETCH_CAPACITY_FRACTION,
     LOAD_POOL_USAGE_FRACTION,
@@ -292,7 +293,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
     )
     rule = RULES[scenario.heal]
 
-    def heal(op: PrefetchOp) -> list[int]:
+    def heal(op: PrefetchOp) -> Sequence[int] | PoolDrops:
         return rule(DiscardView(op, page_size, storage))
 
     prefetch = scenario.prefetch
@@ -318,6 +319,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         aux_staging=aux_staging(scenario, aux) if buffer_only else (),
         shrink=prefetch.shrink,
         short_span_own_pages=prefetch.short_span_aux == "own_pages",
+        heal_after_deadline=prefetch.heal_after_deadline,
     )
     copies = {name: scenario.model.pool_spec(name).host_copies() for name in pools}  # type: ignore[union-attr]
     timing = Timing(

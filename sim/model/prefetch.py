@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sim.model.backup import WritePath
+from sim.model.heals import PoolDrops, by_pool, query_cuts
 from sim.model.host import AuxStaging, HostPool
 from sim.model.loops import LoopTracker
 from sim.model.pools import KV, Pool
@@ -222,7 +223,7 @@ class Prefetcher:
         host: HostPool,
         write_path: WritePath,
         loops: LoopTracker,
-        heal: Callable[[PrefetchOp], Sequence[int]],
+        heal: Callable[[PrefetchOp], Sequence[int] | PoolDrops],
         hit_query: str,
         policy: str,
         timeout: PrefetchTimeout,
@@ -232,6 +233,7 @@ class Prefetcher:
         aux_staging: Sequence[AuxStaging] = (),
         shrink: str = "none",
         short_span_own_pages: bool = True,
+        heal_after_deadline: bool = True,
     ) -> None:
         self.storage = storage
         self.client = client
@@ -240,11 +242,17 @@ class Prefetcher:
         self.write_path = write_path
         self.loops = loops
         self.heal = heal
-        """The heal rule, bound to this server: which beliefs a discarded op drops."""
+        """The heal rule, bound to this server: which beliefs a discarded op drops (KV keys, or
+        keys by pool)."""
+        self.heal_after_deadline = heal_after_deadline
+        """Does an op the `timeout` policy stopped still heal beliefs (False: neither the
+        hit-query heal nor the discard heal runs for it, SGLang 0.5.23's `deadline_expired`)?"""
+        self.fold = hit_query
         self.hit_query = HIT_QUERIES[hit_query]
         self.aux_evidence = hit_query not in AUX_BLIND_QUERIES
         """Does the query tell per-pool beliefs where each aux pool's tails are?"""
         self.policy = PREFETCH_POLICIES[policy]
+        self.deadline_policy = policy == "timeout"
         self.timeout = timeout
         self.threshold_pages = threshold_pages
         """Spans and hits shorter than this are not prefetched (SGLang: max(threshold, page))."""
@@ -304,14 +312,16 @@ class Prefetcher:
         The beliefs past the reported hit are dropped here (the hit-query heal; a no-op where
         the existence cache is not used), also for a stopped op: the answer lands whether or
         not anyone still waits for it (SGLang's `_drain_and_alloc_storage_hit` flushes it for
-        a gone request, and `revoke_pending_prefetch` for a terminated one).
+        a gone request, and `revoke_pending_prefetch` for a terminated one), unless the op's
+        deadline stopped it and `heal_after_deadline` is off.
         """
         if op.assumed_end is not None:
             hit = max(0, min(len(op.span), op.assumed_end - op.start_page))
         else:
             hit = self.hit_query(self.storage, op.span, now_s)
             self.storage.touch_queried(op.span, now_s)
-            self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
+            if self.heals(op):
+                self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
         if op.terminated:
             return Outcome.CANCELLED
         if hit < self.threshold_pages:
@@ -373,25 +383,32 @@ class Prefetcher:
             return False
         return outcome != Outcome.DECLINED or self.host.can_ever_stage(op.reported_pages)
 
+    def heals(self, op: PrefetchOp) -> bool:
+        """Do this op's storage verdicts heal beliefs? Not for an op its deadline stopped when
+        `heal_after_deadline` is off: a deadline is no evidence that anything is missing (SGLang
+        0.5.23 marks `deadline_expired` when the `timeout` policy stops an op)."""
+        return self.heal_after_deadline or not (op.terminated and self.deadline_policy)
+
     def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float) -> int:
         """Drop the beliefs the query contradicts; returns how many.
 
         KV-only beliefs: those past the reported hit. Per-pool beliefs: KV's past the KV hit,
         and the KV chain up to it is believed (SGLang's `ChainPagesPolicy.heal_from_query`);
-        each aux pool's past its own boundary over the whole queried chain, beyond the KV hit
+        each aux pool's past its own verdict over the whole queried chain, beyond the KV hit
         too (`TrailingWindowPolicy.heal_from_query` invalidates `chain[hit_pages:]`; a
-        tail-keyed pool only learns presence from writes and fills).
+        tail-keyed pool only learns presence from writes and fills), or past the folded hit
+        where the backend's fold gave it no verdict (`query_cuts`).
         """
         path = self.write_path
         if not path.per_pool:
             return len(path.forget_beyond(span, hit))
-        bounds = self.storage.boundaries(span, now_s)
-        kv_hit = bounds[KV]
+        cuts = query_cuts(self.storage, span, hit, now_s, self.fold)
+        kv_hit = cuts[KV]
         dropped = len(path.forget_beyond(span, kv_hit))
         path.believe(span[:kv_hit])
         if self.aux_evidence:
             for pool in self.storage.aux:
-                dropped += len(path.forget_beyond(span, bounds[pool.name], pool.name))
+                dropped += len(path.forget_beyond(span, cuts[pool.name], pool.name))
         return dropped
 
     def kv_batches(self, op: PrefetchOp) -> Iterator[tuple[int, ...]]:
@@ -439,7 +456,9 @@ class Prefetcher:
 
         Staging is freed, then the hybrid check either loads the span, whose pages become
         beliefs (SGLang's stage_completed_prefetch), or discards it all, adds no belief, and
-        lets the heal rule drop beliefs. A model with no aux pool loads whatever KV delivered.
+        lets the heal rule drop beliefs, pool by pool (none for an op its deadline stopped,
+        when `heal_after_deadline` is off). A model with no aux pool loads whatever KV
+        delivered.
         """
         op.terminated = op.terminated or not op.done
         span = op.hit_span
@@ -451,9 +470,12 @@ class Prefetcher:
             self.write_path.believe(span[:loaded], fills)
             self.loops.on_success(span, loaded, now_s)
             return Resolution(Outcome.SUCCESS, op.start_page + loaded)
-        dropped = self.write_path.forget(self.heal(op))
-        if self.write_path.per_pool:
-            dropped += self._heal_from_transfers(op)
+        dropped: list[int] = []
+        if self.heals(op):
+            path = self.write_path
+            for pool, keys in by_pool(self.heal(op), op, path.per_pool).items():
+                if pool == KV or pool in path.aux_beliefs:
+                    dropped += path.forget(keys, pool)
         self.loops.on_discard(span, now_s, stale_by_other=self._displaced_by_other(op))
         return Resolution(Outcome.DISCARDED, 0, dropped)
 
@@ -474,20 +496,6 @@ class Prefetcher:
             if by is not None and key not in pool and by.get(key, self.client) != self.client:
                 return True
         return False
-
-    def _heal_from_transfers(self, op: PrefetchOp) -> list[int]:
-        """Per-pool beliefs: each transfer that was made and came back short drops its own
-        pool's beliefs beyond what it delivered (SGLang's heal_from_transfer), whatever the
-        heal rule. A stop by the termination policy, or an aux read never made because KV fell
-        short, is no evidence that anything is missing."""
-        path = self.write_path
-        dropped: list[int] = []
-        if not op.terminated and op.completed_pages < op.hit_pages:
-            dropped += path.forget_beyond(op.hit_span, op.completed_pages)
-        for t in op.aux:
-            if t.read and t.keys is not None and t.hit_pages < len(t.keys):
-                dropped += path.forget_beyond(t.keys, t.hit_pages, t.pool)
-        return dropped
 
     def read_bytes(self, op: PrefetchOp) -> int:
         """Bytes this op read from storage (KV and aux)."""
