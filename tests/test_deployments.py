@@ -15,6 +15,8 @@ import yaml
 from sim.deployment.hardware import GPUS, H200_LINK, link_rates
 from sim.deployment.profiles import SGLANG_RELEASES, STORAGE_BACKENDS, release_names
 from sim.deployment.table import write_into
+from sim.model.build import build_model
+from sim.model.operation import PrefetchOp, plan_aux_transfers
 from sim.scenario import ScenarioError, build_scenario, load_scenario
 from sim.sweep import plan
 from tests.conftest import REPO, invoke, make_doc, ok
@@ -31,11 +33,15 @@ _SHARED: dict[str, Any] = {
     "prefetch.shrink": "page",
     "prefetch.short_span_aux": "none",
 }
-_KV_BELIEFS = {"existence_cache.beliefs": "kv", "heal": "keep_pages"}
+_KV_BELIEFS = {
+    "existence_cache.beliefs": "kv",
+    "heal": "keep_pages",
+    "prefetch.heal_after_deadline": True,
+}
 _POOL_BELIEFS = {
     "existence_cache.entries": 524288,
     "existence_cache.beliefs": "per_pool",
-    "heal": "keep_pages",
+    "heal": "per_pool",
 }
 _RETRIES_ON = {"prefetch.retry.max_attempts": 8, "prefetch.retry.interval_passes": 8}
 ERA_VALUES: dict[str, dict[str, Any]] = {
@@ -65,8 +71,14 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
         for version in ("0.5.20", "0.5.21")
     },
     **{
-        version: {**_SHARED, **_POOL_BELIEFS, **_RETRIES_ON, "host.anchor_lock_cap": 0.5}
-        for version in ("0.5.22", "0.5.23")
+        version: {
+            **_SHARED,
+            **_POOL_BELIEFS,
+            **_RETRIES_ON,
+            "host.anchor_lock_cap": 0.5,
+            "prefetch.heal_after_deadline": heals,
+        }
+        for version, heals in (("0.5.22", True), ("0.5.23", False))
     },
 }
 ERA_VALUES["pr36386"] = ERA_VALUES["0.5.19"]
@@ -551,3 +563,26 @@ def test_a_section_written_as_no_mapping_is_refused_not_replaced_by_derived_size
     with pytest.raises(ScenarioError) as err:
         build_scenario(doc)
     assert err.value.key == section
+
+
+@pytest.mark.parametrize(("release", "drops"), [("0.5.22", True), ("0.5.23", False)])
+def test_a_deadline_stopped_discard_heals_only_before_0_5_23(release: str, drops: bool) -> None:
+    """0.5.23 behind the file backend: the intersecting hit query, and a prefetch its deadline
+    stopped with half its KV read drops no belief when it is discarded (a deadline is no
+    evidence); 0.5.22 drops the KV beliefs past what was read."""
+    doc = make_doc(**{"server.sglang": release, "storage.backend": "file"})
+    del doc["heal"], doc["storage"]["hit_query"]
+    scenario = build_scenario(doc)
+    assert scenario.storage.hit_query == ("intersect" if release == "0.5.23" else "min_of_pools")
+    assert scenario.heal == "per_pool" and scenario.prefetch.policy == "timeout"
+    prefetcher = build_model(scenario).prefetcher
+    span = (11, 12, 13, 14)
+    prefetcher.write_path.believe(span)
+    op = PrefetchOp(rid=1, start_page=0, span=span, issued_s=0.0, hit_pages=4, completed_pages=2)
+    op.aux = plan_aux_transfers(prefetcher.storage.aux, op)
+    assert prefetcher.host.alloc_prefetch(4)
+    op.terminated = True
+    resolution = prefetcher.resolve(op, 5.0)
+    assert resolution.outcome == "discarded"
+    believed = [key for key in span if key in prefetcher.write_path.existence]
+    assert believed == ([11, 12] if drops else [11, 12, 13, 14])

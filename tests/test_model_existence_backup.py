@@ -60,16 +60,20 @@ def test_covers_all() -> None:
     assert believed(cache) == {1, 2, 3}
 
 
-def test_covers_all_refreshes_only_on_success() -> None:
-    """A successful FULL check refreshes the keys; a failed one leaves the order alone."""
+def test_covers_all_refreshes_the_keys_it_passes() -> None:
+    """A FULL check refreshes each believed key before the first uncovered one, whatever its
+    answer (SGLang's `covered` / `covers_all` walk the keys in order and stop there)."""
     cache = ExistenceCache(3)
     cache.add([1, 2, 3])
-    assert not cache.covers_all([1, 9])
+    assert not cache.covers_all([1, 9, 2])
     cache.add([4])
-    assert believed(cache) == {2, 3, 4}
-    assert cache.covers_all([2])
+    assert believed(cache) == {1, 3, 4}
+    assert cache.covers_all([3])
     cache.add([5])
-    assert believed(cache) == {2, 4, 5}
+    assert believed(cache) == {3, 4, 5}
+    assert not cache.covers_all([9, 3])
+    cache.add([6])
+    assert believed(cache) == {3, 5, 6}
 
 
 def test_invalidate_beyond_drops_exactly_the_tail() -> None:

@@ -124,7 +124,19 @@ def _kv_beliefs(release: str, entries: int) -> tuple[Setting, ...]:
             f"`invalidate_beyond(KV, keep_pages)` ({release}: {_TREE}."
             "_check_hybrid_prefetch_result)",
         ),
+        _deadline(release, True),
     )
+
+
+def _deadline(release: str, heals: bool) -> Setting:
+    """Whether a prefetch its deadline stopped still heals (0.5.23: it does not)."""
+    if heals:
+        why = "no deadline check before either heal"
+        where = "_check_hybrid_prefetch_result"
+    else:
+        why = "`operation.deadline_expired` skips both heals"
+        where = "_mark_prefetch_deadline_expired"
+    return Setting("prefetch.heal_after_deadline", heals, f"{why} ({release}: {_TREE}.{where})")
 
 
 def _pool_beliefs(release: str) -> tuple[Setting, ...]:
@@ -165,8 +177,8 @@ _register(
             Setting(
                 "heal",
                 "none",
-                f"no existence beliefs to heal (0.5.18: {_TREE}._check_hybrid_prefetch_result "
-                "only logs a discard)",
+                f"no existence beliefs to heal (0.5.18: {_TREE}."
+                "_sync_and_check_hybrid_prefetch_result releases a discard's host memory only)",
             ),
             *_retries("0.5.18", 0, 0, "no retry arguments in server_args.py"),
             _short_span("0.5.18", "none"),
@@ -226,9 +238,11 @@ _register(
             *_pool_beliefs("0.5.22"),
             Setting(
                 "heal",
-                "keep_pages",
-                f"`heal_from_transfer` per pool (0.5.22: {_TREE}._check_hybrid_prefetch_result)",
+                "per_pool",
+                "each pool's beliefs past what it served, `heal_from_transfer` "
+                f"(0.5.22: {_TREE}._check_hybrid_prefetch_result)",
             ),
+            _deadline("0.5.22", True),
             *_retries("0.5.22", 8, 8, _ARGS),
             _anchor_cap("0.5.22", 0.5, _PINS_ON),
             _short_span("0.5.22", "none"),
@@ -248,9 +262,11 @@ _register(
             *_pool_beliefs("0.5.23"),
             Setting(
                 "heal",
-                "keep_pages",
-                f"`heal_from_transfer` per pool (0.5.23: {_TREE}._check_hybrid_prefetch_result)",
+                "per_pool",
+                "each pool's beliefs past what it served, `heal_from_transfer` "
+                f"(0.5.23: {_TREE}._check_hybrid_prefetch_result)",
             ),
+            _deadline("0.5.23", False),
             *_retries("0.5.23", 8, 8, _ARGS),
             _anchor_cap("0.5.23", 0.5, _PINS_ON),
             _short_span("0.5.23", "none"),

@@ -11,13 +11,10 @@ served. `PoolDrops` is what a heal decides: the keys to forget, per pool.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
+from sim.model.operation import PrefetchOp
 from sim.model.pools import KV, Pool
 from sim.model.storage import Storage
-
-if TYPE_CHECKING:
-    from sim.model.prefetch import PrefetchOp
 
 PoolDrops = Mapping[str, Sequence[int]]
 """Keys whose beliefs a heal drops, by pool (KV beliefs under `KV`)."""

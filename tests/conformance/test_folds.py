@@ -30,6 +30,7 @@ from unittest import mock
 
 import pytest
 
+from sim.model.heals import query_cuts
 from sim.model.storage import HIT_QUERIES
 from tests.conformance import releases
 from tests.conformance.tally import agree
@@ -290,25 +291,12 @@ PER_POOL_HEAL = [r for r in releases.RELEASES if r >= "0.5.22"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize(
-    "release",
-    [
-        pytest.param(
-            r,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a pool after the one that brought the fold to 0 gets no verdict from "
-                "batch_exists_v2 and heals from the folded cut (0); the model heals every pool "
-                "from its own boundary (differs only where the hit is 0)",
-            ),
-        )
-        for r in PER_POOL_HEAL
-    ],
-)
+@pytest.mark.parametrize("release", PER_POOL_HEAL)
 def test_hit_query_heal_cut_per_pool(release: str, backend: str) -> None:
     """The cut each pool's beliefs are healed at after a query (0.5.22 on: the pool's
     reported boundary, else the folded cut, as `_invalidate_absent_from_hit_query` reads
-    `query_pool_hit_pages`) against the model's `Storage.boundaries`."""
+    `query_pool_hit_pages`) against the model's `query_cuts`: a pool after the one that left
+    nothing restorable gets no verdict and heals from the folded cut."""
     rng = random.Random(f"heal-cuts-{release}-{backend}")
     kind = fold(release, backend)
     with tempfile.TemporaryDirectory() as folder, releases.active(release):
@@ -317,7 +305,9 @@ def test_hit_query_heal_cut_per_pool(release: str, backend: str) -> None:
             case = _case(rng)
             theirs_backend.hold(case["stored"])
             hit, reported = theirs_backend.query(case["pages"], _tails(case))
-            bounds = _ours(case, kind)[1]
+            storage = make_storage(case["stored"], window_pages=case["window_pages"])
+            span = list(range(case["pages"]))
+            bounds = query_cuts(storage, span, hit, 0.0, kind)
             cuts = {pool: reported.get(pool, hit) for pool in case["stored"]}
             shown = {**case, "backend": backend, "fold": kind}
             agree(release, f"heal cuts ({backend})", "batch_exists_v2", shown, bounds, cuts)
