@@ -7,11 +7,9 @@ decides every pool, registered in `RULES` under the name the scenario key `heal`
 the schema accepts exactly the registered names.
 
 Under KV-only beliefs only the KV drops act (there are no aux beliefs). Under per-pool beliefs a
-rule that decides by pool is the whole discard heal; a KV rule's drops act beside the per-pool
-heal of the reads that were made and came back short (`sim.model.heals.read_drops`, the
-simulator's earlier reading of per-pool beliefs, kept as a what-if): `none` and `keep_pages`
-under `existence_cache.beliefs: per_pool` are that, with no KV drops and with the KV cut at
-`keep_pages` respectively.
+rule that decides by pool is the whole discard heal, and a KV rule drops KV beliefs only, the
+aux pools keeping theirs: `none` is a server with no discard heal at all, `keep_pages` 0.5.19's
+rule on a per-pool server (both what-ifs: no release ships either with per-pool beliefs).
 """
 
 from __future__ import annotations

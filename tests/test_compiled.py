@@ -27,7 +27,7 @@ SCENARIOS = [
     "scenarios/failures/torn_nixl.yaml",
     "scenarios/failures/delete_on_failed_read.yaml",
     "scenarios/failures/lease_expiry.yaml",
-    "scenarios/deployments/pr36386_file_buffer_only_h200_gpt_oss_120b.yaml",
+    "scenarios/deployments/0.5.19_file_buffer_only_h200_gpt_oss_120b.yaml",
     "scenarios/what_if/aux_blind_exists.yaml:workload.requests=2000,duration_s=300,warmup_s=0,"
     "cluster.instances=4,cluster.scale_arrivals=true,cluster.router.policy=cache_aware",
 ]

@@ -113,35 +113,43 @@ def shipped(name: str, **overrides: Any) -> dict[str, Any]:
     return run(load_scenario(FAILURES / f"{name}.yaml", changes)).summary
 
 
-@pytest.mark.parametrize("name", ["torn_file", "torn_file_in_place"])
-def test_a_torn_file_ends_the_servers_storage_reads(name: str) -> None:
-    """The file backend's short read raises: after it, no prefetch delivers anything, whether
-    the file tore on its own or a failed write left it at the key's path."""
-    summary = shipped(name)
+@pytest.mark.parametrize(
+    ("name", "release"), [("torn_file", "0.5.21"), ("torn_file_in_place", "0.5.19")]
+)
+def test_through_0_5_21_a_torn_file_ends_the_servers_storage_reads(name: str, release: str) -> None:
+    """The file backend's short read raises and nothing catches it through 0.5.21: after it, no
+    prefetch delivers anything, whether the file tore on its own or a failed write left it at
+    the key's path."""
+    summary = shipped(name, **{"server.sglang": release})
     assert summary["storage_io_halts"] == 1
     assert summary["storage_swa_torn_reads"] == 1
     assert summary["l3_loaded_tokens"] == 0
     assert summary["prefetch_issued"] == summary["prefetch_discarded"]
 
 
-def test_a_torn_file_read_as_a_miss_loops_and_no_rule_heals_it() -> None:
-    for heal in ("none", "keep_pages", "drop_chain", "exact"):
-        summary = shipped("torn_file_read_as_miss", heal=heal)
+@pytest.mark.parametrize("name", ["torn_file", "torn_file_read_as_miss"])
+def test_a_torn_file_read_as_a_miss_loops_and_no_rule_heals_it(name: str) -> None:
+    """From 0.5.22 the controller catches the short read (the batch counts 0 pages), as PR
+    #39269 would in `get` itself: the torn file stays reported, is never rewritten, and loops
+    under every rule."""
+    for heal in ("none", "keep_pages", "per_pool", "drop_chain", "exact"):
+        summary = shipped(name, heal=heal)
         assert summary["storage_io_halts"] == 0
         assert summary["loops"] > 0 and summary["loop_length_max"] >= 3, heal
         assert summary["loops_healed"] == 0, heal
 
 
 def test_behind_nixl_the_heal_closes_the_torn_object_loop() -> None:
-    """nixl rewrites a key once its belief is dropped: in the PR's era only the PR's rule drops
-    it; main's per-pool transfer heal drops it under every rule."""
-    pr_era = {"server.sglang": "pr36386"}
-    healed = shipped("torn_nixl", heal="keep_pages", **pr_era)
-    unhealed = shipped("torn_nixl", heal="none", **pr_era)
+    """nixl rewrites a key once its belief is dropped: in 0.5.19 the discard heal
+    (`keep_pages`) drops it and `none` (a what-if) does not; 0.5.23's per-pool heal drops the
+    short SWA transfer's beliefs."""
+    first = {"server.sglang": "0.5.19"}
+    healed = shipped("torn_nixl", heal="keep_pages", **first)
+    unhealed = shipped("torn_nixl", heal="none", **first)
     assert healed["heal_rate"] == 1.0 and healed["loop_length_max"] == 1
     assert unhealed["heal_rate"] < 0.9 and unhealed["loop_length_max"] >= 3
     assert unhealed["prefetch_discarded"] > healed["prefetch_discarded"]
-    today = shipped("torn_nixl", heal="none")
+    today = shipped("torn_nixl")
     assert today["heal_rate"] == 1.0 and today["loop_length_max"] == 1
 
 
@@ -152,7 +160,7 @@ def test_deleting_on_a_failed_read_closes_the_loop_without_a_heal_rule() -> None
 
 
 def test_without_a_halt_the_same_torn_files_are_read_as_misses() -> None:
-    summary = shipped("torn_file", **{"storage.failed_read": "keep"})
+    summary = shipped("torn_file")
     assert summary["storage_io_halts"] == 0
     assert summary["storage_swa_torn_reads"] > 1
     assert summary["l3_loaded_tokens"] > 0

@@ -250,21 +250,25 @@ def test_per_pool_never_skips_a_pool_whose_objects_are_not_believed(
     assert intent.aux_keys == ({} if swa_covered else {"swa": (3, 4)})
 
 
-def test_per_pool_transfer_heal_drops_only_the_short_pool_s_beliefs() -> None:
-    """A short SWA transfer drops the SWA beliefs beyond what it delivered; KV stays believed
-    (the heal rule may still drop KV beliefs: here `none`)."""
+@pytest.mark.parametrize(("heal", "dropped"), [("per_pool", [9, 10]), ("none", [])])
+def test_per_pool_transfer_heal_drops_only_the_short_pool_s_beliefs(
+    heal: str, dropped: list[int]
+) -> None:
+    """`per_pool`: a short SWA transfer drops the SWA beliefs beyond what it delivered and KV
+    stays believed; `none` drops nothing in any pool."""
     storage = make_storage({"kv": SPAN, "swa": SPAN[:8]})
-    p = prefetcher(storage, heal="none", per_pool=True)
+    p = prefetcher(storage, heal=heal, per_pool=True)
     path, existence = p.write_path, p.write_path.existence
     path.believe(SPAN, {"swa": SPAN})
     op = p.plan(1, 0, SPAN, 0.0)
     assert op is not None and p.query(op, 0.0) is None
     read_everything(p, op)
     resolution = p.resolve(op, 1.0)
-    assert resolution.outcome == "discarded" and sorted(resolution.dropped) == [9, 10]
+    assert resolution.outcome == "discarded" and sorted(resolution.dropped) == dropped
     assert existence.covers_all(SPAN)
-    assert 9 not in path.aux_beliefs["swa"] and 10 not in path.aux_beliefs["swa"]
-    assert path.aux_heal_dropped["swa"] == {9, 10} and path.pending_rewrites() == 2
+    assert [key for key in (9, 10) if key not in path.aux_beliefs["swa"]] == dropped
+    assert path.aux_heal_dropped["swa"] == set(dropped)
+    assert path.pending_rewrites() == len(dropped)
 
 
 def test_per_pool_a_stopped_prefetch_is_no_evidence_of_a_missing_object() -> None:

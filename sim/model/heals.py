@@ -38,28 +38,13 @@ def served_drops(op: PrefetchOp) -> dict[str, list[int]]:
     return drops
 
 
-def read_drops(op: PrefetchOp) -> dict[str, list[int]]:
-    """Each read that was made and came back short, past what it delivered; a stop by the
-    termination policy, or an aux read never made, is no evidence (the simulator's earlier
-    reading of per-pool beliefs, which the rules other than `per_pool` keep beside their own
-    KV drops)."""
-    drops: dict[str, list[int]] = {}
-    if not op.terminated and op.completed_pages < op.hit_pages:
-        drops[KV] = list(op.hit_span[op.completed_pages :])
-    for t in op.aux:
-        if t.read and t.keys is not None and t.hit_pages < len(t.keys):
-            drops[t.pool] = list(t.keys[t.hit_pages :])
-    return drops
-
-
-def by_pool(drops: Sequence[int] | PoolDrops, op: PrefetchOp, per_pool: bool) -> PoolDrops:
-    """A rule's answer by pool: a KV rule's keys are KV's, beside which, under per-pool
-    beliefs, the short reads heal their own pools (`read_drops`); a rule that answers by pool
-    decides every pool itself."""
+def by_pool(drops: Sequence[int] | PoolDrops) -> PoolDrops:
+    """A rule's answer by pool: a KV rule's keys are KV's (under per-pool beliefs the aux
+    pools then keep theirs: `none` drops nothing anywhere); a rule that answers by pool decides
+    every pool itself."""
     if isinstance(drops, Mapping):
         return drops
-    kv = {KV: list(drops)}
-    return merge(kv, read_drops(op)) if per_pool else kv
+    return {KV: list(drops)}
 
 
 def merge(*drops: PoolDrops) -> dict[str, list[int]]:

@@ -389,7 +389,7 @@ class Prefetcher:
         dropped: list[int] = []
         if self.heals(op):
             path = self.write_path
-            for pool, keys in by_pool(self.heal(op), op, path.per_pool).items():
+            for pool, keys in by_pool(self.heal(op)).items():
                 if pool == KV or pool in path.aux_beliefs:
                     dropped += path.forget(keys, pool)
         self.loops.on_discard(span, now_s, stale_by_other=self._displaced_by_other(op))
