@@ -211,16 +211,18 @@ def test_stale_exists_makes_a_real_fold_report_what_cannot_be_read() -> None:
     assert runs[5.0]["prefetch_discarded"] == runs[5.0]["prefetch_issued"]
 
 
-def test_per_pool_beliefs_heal_an_aux_blind_exists_whatever_the_heal_rule() -> None:
-    """Per-pool beliefs: the short SWA transfer drops the SWA beliefs itself, so the next insert
-    writes the missing SWA tail alone, even under `heal: none`."""
+def test_per_pool_beliefs_heal_an_aux_blind_exists_only_under_the_per_pool_rule() -> None:
+    """Per-pool beliefs: the `per_pool` rule drops the SWA beliefs past what the short SWA
+    transfer served, so the next insert writes the missing SWA tail alone; `none` heals nothing,
+    and a KV rule drops KV beliefs only, which leaves the stale SWA belief in place."""
     path = REPO / "scenarios" / "what_if" / "aux_blind_exists.yaml"
-    scenario = load_scenario(path, ["existence_cache.beliefs=per_pool"])
-    none = run(scenario.model_copy(update={"heal": "none"})).summary
-    kv_none = run(load_scenario(path, ["heal=none"])).summary
-    assert none["heal_rate"] >= 0.8 and kv_none["heal_rate"] <= 0.3
-    assert none["prefetch_discarded"] * 2 <= kv_none["prefetch_discarded"]
-    assert none["rewrite_pages"] > 0 and none["heal_dropped_beliefs"] > 0
+    per_pool = load_scenario(path, ["existence_cache.beliefs=per_pool", "heal=per_pool"])
+    healed = run(per_pool).summary
+    unhealed = run(per_pool.model_copy(update={"heal": "none"})).summary
+    assert healed["heal_rate"] >= 0.8 and unhealed["heal_rate"] <= 0.3
+    assert healed["prefetch_discarded"] * 2 <= unhealed["prefetch_discarded"]
+    assert healed["rewrite_pages"] > 0 and healed["heal_dropped_beliefs"] > 0
+    assert unhealed["heal_dropped_beliefs"] == 0
 
 
 def test_device_counters_reach_the_summary_and_count_what_the_tree_dropped() -> None:
