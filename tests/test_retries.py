@@ -43,7 +43,11 @@ def test_retries_follow_a_retried_miss_and_never_pass_the_limit(max_attempts: in
         assert (rows["issued_s"].diff().dropna() >= 0.16 - 1e-9).all(), rid
     last_attempt = pf.groupby("rid")["attempt"].max()
     retried = req.set_index("rid")["prefetch_retries"]
-    assert (retried.reindex(last_attempt.index) == last_attempt).all()
+    # A re-issue that finds the span now too short spends an attempt but asks nothing
+    # (SGLang's `_retry_storage_prefetch` counts before `_prefetch_kvcache`): at most one more.
+    gap = retried.reindex(last_attempt.index) - last_attempt
+    assert gap.isin([0, 1]).all()
+    assert (retried <= max_attempts).all()
     assert result.summary["prefetch_retries"] == int((pf["attempt"] > 0).sum())
     if max_attempts == 0:
         assert result.summary["prefetch_retries"] == 0
