@@ -219,6 +219,17 @@ class RetrySpec(Strict):
     idle_pass_ms: Annotated[float, Field(ge=0.001, le=1000.0)] = 0.1
     """How long a scheduler pass that runs no batch takes while a retry is pending (SGLang
     spins with a waiting queue; an estimate, not a measurement)."""
+    head_exempt: bool = True
+    """A paced retry of the waiting-queue head is dropped, its admission not waiting for it
+    (SGLang 0.5.20 on); False: the head is re-issued like any queued request (0.5.19)."""
+    short_spans: bool = False
+    """A request whose span is too short to prefetch (or fully matched) is marked for a paced
+    retry, in case its device match is evicted while it waits (SGLang 0.5.19, 0.5.20); False:
+    no lookup, no retry (0.5.21 on)."""
+    deadline_cancels: bool = False
+    """With the `timeout` policy, a prefetch stopped by its deadline cancels the request's
+    retry and no later retry or re-fetch is issued for it (SGLang 0.5.23); False: the stopped
+    prefetch is retried as any other miss (0.5.19-0.5.22)."""
 
     @model_validator(mode="after")
     def _interval_bounded(self) -> RetrySpec:

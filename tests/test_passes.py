@@ -67,7 +67,7 @@ def test_requests_of_one_prefill_pass_share_its_chunk_budget() -> None:
 def test_a_mark_is_due_the_interval_after_the_first_pass_that_sees_it() -> None:
     retries = PrefetchRetries(max_attempts=8, interval_passes=3)
     retries.mark(5)
-    polls = [retries.pop_ready(1, lambda rid: 0) for _ in range(4)]
+    polls = [retries.pop_ready([1, 5], lambda rid: 0) for _ in range(4)]
     assert polls == [[], [], [], [5]], "seen at pass 1, due at pass 4"
     assert not retries.pending
 
@@ -75,20 +75,20 @@ def test_a_mark_is_due_the_interval_after_the_first_pass_that_sees_it() -> None:
 def test_the_queue_head_drops_its_paced_mark_but_not_an_immediate_one() -> None:
     retries = PrefetchRetries(max_attempts=8, interval_passes=3)
     retries.mark(5)
-    assert retries.pop_ready(5, lambda rid: 0) == [] and not retries.pending
+    assert retries.pop_ready([5, 1], lambda rid: 0) == [] and not retries.pending
     retries.refetch(5)
-    assert retries.pop_ready(5, lambda rid: 0) == [5], "immediate: at the next pass"
+    assert retries.pop_ready([5, 1], lambda rid: 0) == [5], "immediate: at the next pass"
 
 
 def test_marks_past_the_attempts_or_with_the_interval_off_are_dropped() -> None:
     retries = PrefetchRetries(max_attempts=2, interval_passes=1)
     retries.mark(5)
     retries.refetch(6)
-    assert retries.pop_ready(None, lambda rid: 2) == [] and not retries.pending
+    assert retries.pop_ready([1, 5, 6], lambda rid: 2) == [] and not retries.pending
     off = PrefetchRetries(max_attempts=8, interval_passes=0)
     off.mark(5)
     off.refetch(6)
-    assert off.pop_ready(None, lambda rid: 0) == [6], "an immediate re-fetch ignores it"
+    assert off.pop_ready([1, 5, 6], lambda rid: 0) == [6], "an immediate re-fetch ignores it"
 
 
 def retry_gaps(**overrides: object) -> pd.Series:

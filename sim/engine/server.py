@@ -171,6 +171,8 @@ class Server:
         self.waiting.append(job)
         if job.op is not None:
             self._issue(job, job.op)
+        else:
+            self._mark_short(job)
         self.poke()
 
     def retrying(self, job: Job, delay_s: float) -> Generator[simpy.Event, Any, None]:
@@ -186,33 +188,42 @@ class Server:
         retries, marked = self.model.retries, self._marked
         if retries is None or not retries.pending:
             return
-        head = self.waiting[0].req.rid if self.waiting else None
-        ready = retries.pop_ready(head, lambda rid: marked[rid].retries)
+        ready = retries.pop_ready(
+            [job.req.rid for job in self.waiting], lambda rid: marked[rid].retries
+        )
+        jobs = [marked[rid] for rid in ready]
         for rid in [rid for rid in marked if not retries.marked(rid)]:
             del marked[rid]
-        if ready:
-            due = set(ready)
-            for job in [job for job in self.waiting if job.req.rid in due]:
-                self._reissue(job)
+        for job in jobs:
+            self._reissue(job)
+
+    def _mark_short(self, job: Job) -> None:
+        """A span too short to prefetch, marked for a paced retry where the release does so
+        (`prefetch.retry.short_spans`)."""
+        retries = self.model.retries
+        if retries is not None and retries.mark_short(job.req.rid, job.retries):
+            self._marked[job.req.rid] = job
 
     def _reissue(self, job: Job) -> None:
         """Re-issue a missed prefetch for a queued request, from a fresh match; a span now
-        shorter than the threshold is not retried (SGLang: _prefetch_kvcache, PR #40042)."""
+        shorter than the threshold gets no prefetch (SGLang: `_retry_storage_prefetch` counts
+        the attempt first, then `_prefetch_kvcache`)."""
         now, tree = self.env.now, self.tree
         prompt = job.req.pages[: job.req.prompt_pages]
         match = tree.match(prompt)
         assumed_end, job.refetch_end = job.refetch_end, None
+        job.retries += 1
         op = self.prefetcher.plan(
             job.req.rid,
             match.host_pages,
             prompt[match.host_pages :],
             now,
-            job.retries + 1,
+            job.retries,
             assumed_end,
         )
         if op is None:
+            self._mark_short(job)
             return
-        job.retries += 1
         tree.touch(match.host_node, now)
         if not self.model.buffer_only:
             self._move_lock(job, match.host_node)
@@ -478,6 +489,8 @@ class Server:
         stop_at = self.prefetcher.may_stop_at(op)
         if now >= stop_at:
             op.terminated = True
+            if self.model.retries is not None:
+                self.model.retries.expire(job.req.rid)
             return True
         if math.isfinite(stop_at) and job.wake_at != stop_at:
             job.wake_at = stop_at

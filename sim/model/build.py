@@ -349,7 +349,13 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         buffer_only=buffer_only,
         anchors=AnchorPins(int(Fraction(scenario.host.anchor_lock_cap) * scenario.device.kv_pages)),
         retries=(
-            PrefetchRetries(retry.max_attempts, retry.interval_passes)
+            PrefetchRetries(
+                retry.max_attempts,
+                retry.interval_passes,
+                head_exempt=prefetch.retry.head_exempt,
+                short_spans=prefetch.retry.short_spans,
+                deadline_cancels=prefetch.retry.deadline_cancels and prefetch.policy == "timeout",
+            )
             if retry.interval_s is None
             else None
         ),
