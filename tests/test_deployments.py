@@ -43,7 +43,11 @@ _POOL_BELIEFS = {
     "existence_cache.beliefs": "per_pool",
     "heal": "per_pool",
 }
-_RETRIES_ON = {"prefetch.retry.max_attempts": 8, "prefetch.retry.interval_passes": 8}
+_RETRIES_ON = {
+    "prefetch.retry.max_attempts": 8,
+    "prefetch.retry.interval_passes": 8,
+    "prefetch.retry.head_exempt": True,
+}
 ERA_VALUES: dict[str, dict[str, Any]] = {
     "0.5.18": {
         **_SHARED,
@@ -59,6 +63,9 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
         "prefetch.retry.interval_passes": 0,
         "host.anchor_lock_cap": 0.0,
         "prefetch.short_span_aux": "own_pages",
+        "prefetch.retry.head_exempt": False,
+        "prefetch.retry.short_spans": True,
+        "prefetch.retry.deadline_cancels": False,
     },
     **{
         version: {
@@ -67,6 +74,8 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
             **_RETRIES_ON,
             "existence_cache.entries": 524288,
             "host.anchor_lock_cap": 0.5,
+            "prefetch.retry.short_spans": version == "0.5.20",
+            "prefetch.retry.deadline_cancels": False,
         }
         for version in ("0.5.20", "0.5.21")
     },
@@ -77,6 +86,8 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
             **_RETRIES_ON,
             "host.anchor_lock_cap": 0.5,
             "prefetch.heal_after_deadline": heals,
+            "prefetch.retry.short_spans": False,
+            "prefetch.retry.deadline_cancels": not heals,
         }
         for version, heals in (("0.5.22", True), ("0.5.23", False))
     },

@@ -103,6 +103,51 @@ def _retries(release: str, attempts: int, passes: int, args: str) -> tuple[Setti
     )
 
 
+_RETRIES = "mem_cache/storage_prefetch.py:StoragePrefetchRetries"
+
+
+def _retry_rules(release: str) -> tuple[Setting, ...]:
+    """How the retry pass treats the queue head, short spans and a deadline, per release."""
+    if release == "0.5.19":
+        head = Setting(
+            "prefetch.retry.head_exempt",
+            False,
+            "the queue head is re-issued like any other "
+            "(0.5.19: managers/scheduler.py:Scheduler._retry_missed_storage_prefetches)",
+        )
+    else:
+        head = Setting(
+            "prefetch.retry.head_exempt",
+            True,
+            f"a paced retry of `waiting_queue[0]` is cancelled ({release}: {_RETRIES}.pop_ready)",
+        )
+    short = release in ("0.5.19", "0.5.20")
+    return (
+        head,
+        Setting(
+            "prefetch.retry.short_spans",
+            short,
+            (
+                "a span below the threshold arms a paced retry"
+                if short
+                else "a span below the threshold arms no retry"
+            )
+            + f" ({release}: {_TREE}.prefetch_from_storage)",
+        ),
+        Setting(
+            "prefetch.retry.deadline_cancels",
+            release == "0.5.23",
+            (
+                "an op its deadline stopped cancels its pending retry "
+                f"({release}: {_TREE}._mark_prefetch_deadline_expired)"
+                if release == "0.5.23"
+                else "no deadline check in the retry path "
+                f"({release}: {_TREE}.check_prefetch_progress)"
+            ),
+        ),
+    )
+
+
 def _kv_beliefs(release: str, entries: int) -> tuple[Setting, ...]:
     """0.5.19-0.5.21: one LRU of (pool, hash) keys, used for KV only; the discard heal cuts the
     KV beliefs at the pages every pool served."""
@@ -197,6 +242,7 @@ _register(
             _host_mode("0.5.19", "server_args.py:ServerArgs"),
             *_kv_beliefs("0.5.19", 131072),
             *_retries("0.5.19", 4, 0, "server_args.py:ServerArgs"),
+            *_retry_rules("0.5.19"),
             _short_span("0.5.19", "own_pages"),
             _anchor_cap(
                 "0.5.19",
@@ -220,6 +266,7 @@ for _version in ("0.5.20", "0.5.21"):
                 _host_mode(_version, _ARGS),
                 *_kv_beliefs(_version, 524288),
                 *_retries(_version, 8, 8, _ARGS),
+                *_retry_rules(_version),
                 _anchor_cap(_version, 0.5, _PINS_ON),
                 _short_span(_version, "none"),
             ),
@@ -244,6 +291,7 @@ _register(
             ),
             _deadline("0.5.22", True),
             *_retries("0.5.22", 8, 8, _ARGS),
+            *_retry_rules("0.5.22"),
             _anchor_cap("0.5.22", 0.5, _PINS_ON),
             _short_span("0.5.22", "none"),
         ),
@@ -268,6 +316,7 @@ _register(
             ),
             _deadline("0.5.23", False),
             *_retries("0.5.23", 8, 8, _ARGS),
+            *_retry_rules("0.5.23"),
             _anchor_cap("0.5.23", 0.5, _PINS_ON),
             _short_span("0.5.23", "none"),
         ),
