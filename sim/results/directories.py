@@ -4,12 +4,15 @@ on its directory while it writes."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -330,6 +333,37 @@ def _lock_name(name: str) -> str:
     return f".{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}.lock"
 
 
+def _open_lock(lock_path: Path) -> io.FileIO:
+    """The lock file, opened without truncating it, without following a link planted at its
+    path (a link there would have the lock truncate or create a file elsewhere) and without
+    blocking (a FIFO there would wait forever for a reader); anything but a regular file is
+    refused, naming the path, and left as it is."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(lock_path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise _not_a_lock(lock_path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _not_a_lock(lock_path)
+        os.set_blocking(fd, True)
+        return io.FileIO(fd, "w")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _not_a_lock(lock_path: Path) -> ScenarioError:
+    return ScenarioError(
+        "--out",
+        None,
+        f"{lock_path} (the lock beside --out) is a symbolic link or not a regular file; "
+        "remove it or choose another --out",
+    )
+
+
 @contextmanager
 def only_writer(target: Path) -> Iterator[None]:
     """Hold a lock beside the sweep directory while writing it: a second sweep into the same
@@ -337,7 +371,7 @@ def only_writer(target: Path) -> Iterator[None]:
     lock_path = target.parent / _lock_name(target.name)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle = lock_path.open("w")
+        handle = _open_lock(lock_path)
     except OSError as exc:
         raise ScenarioError(
             "--out", None, f"cannot write in {target.parent}: {exc.strerror or exc}"

@@ -1,0 +1,75 @@
+"""What every writer does with what it finds at its paths: the lock beside `--out` is opened
+without following a link or blocking on a FIFO, every output file replaces only a regular file,
+and a forced search replaces the old result only once the new one is complete
+(docs/reliability.md, "Results are written safely")."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import TINY_SWEEP, invoke, make_doc
+
+SMALL = {**TINY_SWEEP, "workload.requests": 30, "duration_s": 20}
+SWA = "storage.pools.swa.capacity_gb"
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    doc = make_doc(**SMALL)
+    doc["hardware"] = {"gpu": "h200"}
+    doc["storage"]["pools"] = {"kv": {"capacity_gb": 1.0}, "swa": {"capacity_gb": 0.1}}
+    doc["costs"] = {"gpu_hour_usd": {"h200": 3.0}, "storage_gb_month_usd": {"kv": 0.1, "swa": 1}}
+    doc["sweep"] = {"seeds": 1, "grid": {"heal": ["none", "keep_pages"]}}
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump(doc))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+WRITERS = {
+    "run": ["run", "small.yaml", "--out", "o"],
+    "compare": ["compare", "small.yaml", "--out", "o"],
+    "sweep": ["sweep", "small.yaml", "--executor", "serial", "--out", "o"],
+    "capacity": [
+        "capacity", "small.yaml", "--param", SWA, "--values", "0.1", "--target", "requests>=1",
+        "--seeds", "2", "--executor", "serial", "--out", "o",
+    ],
+    "plan": [
+        "plan", "small.yaml", "--axis", f"{SWA}=0.1", "--target", "requests>=1", "--seeds", "2",
+        "--executor", "serial", "--out", "o",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_a_symlink_at_the_lock_is_refused_and_its_target_kept(work: Path, command: str) -> None:
+    (work / "v").write_text("data\n")
+    (work / ".o.lock").symlink_to(work / "v")
+    result = invoke(*WRITERS[command])
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert ".o.lock" in result.stderr and "Traceback" not in result.stderr
+    assert (work / "v").read_text() == "data\n"
+    assert (work / ".o.lock").is_symlink() and not (work / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_fifo_at_the_lock_is_refused_at_once(work: Path, command: str) -> None:
+    os.mkfifo(work / ".o.lock")
+    box: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: box.update(result=invoke(*WRITERS[command])))
+    thread.daemon = True
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():  # unblock the writer so the test process can end
+        fd = os.open(work / ".o.lock", os.O_RDONLY | os.O_NONBLOCK)
+        thread.join(5)
+        os.close(fd)
+        pytest.fail("the writer blocked opening a FIFO at its lock")
+    result = box["result"]
+    assert result.exit_code == 2, (result.output, result.stderr)  # type: ignore[attr-defined]
+    assert ".o.lock" in result.stderr  # type: ignore[attr-defined]
+    assert not (work / "o").exists()
