@@ -73,3 +73,48 @@ def test_a_fifo_at_the_lock_is_refused_at_once(work: Path, command: str) -> None
     assert result.exit_code == 2, (result.output, result.stderr)  # type: ignore[attr-defined]
     assert ".o.lock" in result.stderr  # type: ignore[attr-defined]
     assert not (work / "o").exists()
+
+
+def test_export_trace_never_replaces_what_is_not_a_regular_file(
+    traced_run: Path, tmp_path: Path
+) -> None:
+    """One rule for every writer: a FIFO or a device (`/dev/null`) at `--out` is refused, as
+    `report --out` refuses it, and stays what it was."""
+    target = tmp_path / "trace.csv"
+    os.mkfifo(target)
+    result = invoke("export-trace", str(traced_run), "--out", str(target))
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert str(target) in result.stderr and "not a regular file" in result.stderr
+    assert target.is_fifo()
+
+
+def test_export_trace_refuses_a_link_it_was_told_to_write(traced_run: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "notes.txt"
+    victim.write_text("mine")
+    link = tmp_path / "trace.csv"
+    link.symlink_to(victim)
+    result = invoke("export-trace", str(traced_run), "--out", str(link))
+    assert result.exit_code == 2 and "symbolic link" in result.stderr
+    assert link.is_symlink() and victim.read_text() == "mine"
+
+
+def test_a_file_inside_a_result_directory_refuses_a_fifo(traced_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(traced_run, run)
+    os.mkfifo(run / "storage_trace_kv.csv")
+    result = invoke("export-trace", str(run))
+    assert result.exit_code == 2 and "not a regular file" in result.stderr
+    assert (run / "storage_trace_kv.csv").is_fifo()
+
+
+def test_calibrate_force_never_replaces_a_device(tmp_path: Path) -> None:
+    from sim.calibrate import write_calibration
+    from sim.spec import ScenarioError
+
+    fifo = tmp_path / "hw.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ScenarioError, match="not a regular file"):
+        write_calibration(None, fifo, force=True)  # type: ignore[arg-type]
+    assert fifo.is_fifo()
