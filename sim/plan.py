@@ -355,10 +355,10 @@ def pareto(points: list[Point], metric: str, op: str) -> list[Point]:
 PLAN_KIND = StudyKind("plan", "plan", PLAN, frozenset((TASKS, MARKER, PLAN, EVALUATIONS, FRONTIER)))
 
 
-def check_plan_out(target: Path, name: str, force: bool) -> None:
+def check_plan_out(target: Path, name: str, force: bool) -> bool:
     """A plan's `--out`: it resumes only into a plan of the same scenario (an interrupted one
-    holds only `tasks/`); anything else needs `--force`."""
-    check_study_out(target, name, force, PLAN_KIND)
+    holds only `tasks/`); anything else needs `--force` (True: replace it once complete)."""
+    return check_study_out(target, name, force, PLAN_KIND)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:

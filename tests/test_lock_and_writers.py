@@ -118,3 +118,32 @@ def test_calibrate_force_never_replaces_a_device(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match="not a regular file"):
         write_calibration(None, fifo, force=True)  # type: ignore[arg-type]
     assert fifo.is_fifo()
+
+
+@pytest.mark.parametrize("command", ["capacity", "plan"])
+def test_force_replaces_the_old_result_only_once_the_search_is_complete(
+    work: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """An interrupted `--force` search leaves the old result whole (it used to be deleted
+    before the first run); a complete one replaces it, as `run --force` does."""
+    import sim.capacity
+    import sim.plan
+
+    assert invoke("run", "small.yaml", "--out", "o").exit_code == 0
+    before = sorted(p.name for p in (work / "o").iterdir())
+
+    def interrupt(*args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    module = sim.capacity if command == "capacity" else sim.plan
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "compute", interrupt)
+        stopped = invoke(*WRITERS[command], "--force")
+    assert stopped.exit_code == 130, (stopped.output, stopped.stderr)
+    assert "nothing was replaced" in stopped.stderr
+    assert sorted(p.name for p in (work / "o").iterdir()) == before
+    assert not [p for p in work.iterdir() if p.name.startswith(".hicache-sim-staging-")]
+    done = invoke(*WRITERS[command], "--force")
+    assert done.exit_code == 0, (done.output, done.stderr)
+    answer = "capacity.json" if command == "capacity" else "plan.json"
+    assert (work / "o" / answer).is_file() and not (work / "o" / "summary.json").exists()

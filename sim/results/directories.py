@@ -261,24 +261,25 @@ CAPACITY_KIND = StudyKind(
 )
 
 
-def check_capacity_out(target: Path, name: str, force: bool) -> None:
+def check_capacity_out(target: Path, name: str, force: bool) -> bool:
     """A capacity search's `--out` (see `check_study_out`)."""
-    check_study_out(target, name, force, CAPACITY_KIND)
+    return check_study_out(target, name, force, CAPACITY_KIND)
 
 
-def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> None:
+def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> bool:
     """A search resumes into an existing `--out` only if it is a directory of the same kind
     and scenario; anything else needs `--force`, which replaces only a result directory of this
     tool (never a folder of the user's, a symbolic link, the working directory or a parent of
-    it)."""
+    it). True when `target` is to be replaced: nothing is deleted here, the new search is
+    built aside and replaces it only once complete (`replaced_at_end`)."""
     check_path("--out", target)
     if target.is_symlink():
         raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
     if not target.exists():
-        return
+        return False
     why = _not_study_of(target, name, kind)
     if why is None:
-        return
+        return False
     if not force:
         raise ScenarioError(
             "--out",
@@ -290,7 +291,29 @@ def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> No
         check_replaceable(target)
     except FileExistsError as exc:
         raise ScenarioError("--out", None, str(exc)) from None
-    shutil.rmtree(target)
+    return True
+
+
+@contextmanager
+def replaced_at_end(target: Path, replace: bool) -> Iterator[Path]:
+    """Where a search writes: `target` itself, or (`replace`: `--force` over another result)
+    a staging sibling that replaces `target` only when the block ends normally, as `run
+    --force` does; an interrupted or failed search leaves the old result as it was and its own
+    runs nowhere."""
+    if not replace:
+        yield target
+        return
+    remove_stale_staging(target.parent)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent))
+    try:
+        (staging / STAGING_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+        yield staging / "out"
+        if target.exists() or target.is_symlink():
+            check_replaceable(target)
+            shutil.rmtree(target)
+        os.replace(staging / "out", target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _not_study_of(target: Path, name: str, kind: StudyKind) -> str | None:
