@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from sim.capacity import check_target, interval_meets
-from sim.documents import parse_override
+from sim.documents import overlapping, parse_override
 from sim.outputs.files import replace_file
 from sim.results.directories import MARKER, MARKER_TEXT, StudyKind, check_study_out
 from sim.results.layout import TASKS
@@ -163,6 +163,13 @@ class PlanSearch:
                     "is not part of a deployment (the replications are --seeds; prices are "
                     "the costs: section)",
                 )
+        pair = overlapping(keys)
+        if pair is not None:
+            raise ScenarioError(
+                "--axis",
+                pair[1],
+                f"lies inside {pair[0]}, which another axis sets; give one of the two",
+            )
         self.targets = []
         for text in targets:
             metric, op, bound = check_target(scenario, text)

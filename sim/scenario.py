@@ -32,7 +32,14 @@ from pydantic import (
 from sim.deployment.hardware import GPUS
 from sim.deployment.profiles import SGLANG_ERAS, STORAGE_BACKENDS, refusals
 from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
-from sim.documents import apply_override, parse_override, read_document, resolve_paths, value_at
+from sim.documents import (
+    apply_override,
+    overlapping,
+    parse_override,
+    read_document,
+    resolve_paths,
+    value_at,
+)
 from sim.errors import describe, field_model, mapping
 from sim.heal import RULES
 from sim.model.pools import KV, POOL_KINDS
@@ -185,7 +192,27 @@ class Scenario(Strict):
                     )
                 if where.startswith("sweep.variants.") and key in self.sweep.grid:
                     raise KeyedError(where, f"{key} is also swept by sweep.grid; set it once")
+            self._check_overlaps()
         return self
+
+    def _check_overlaps(self) -> None:
+        """A swept key and its ancestor (`cluster.instances` and `cluster`) on one point: the
+        later would write into or over the earlier's value, so points labelled apart would run
+        alike and the records would show values nobody wrote."""
+        assert self.sweep is not None
+        groups = [("sweep.grid", list(self.sweep.grid))]
+        for label, sets in self.sweep.variants.items():
+            groups.append((f"sweep.variants.{label}", [*self.sweep.grid, *sets]))
+        for where, keys in groups:
+            pair = overlapping(keys)
+            if pair is not None:
+                upper, lower = pair
+                if lower in self.sweep.grid:
+                    where = "sweep.grid"
+                raise KeyedError(
+                    f"{where}.{lower}",
+                    f"lies inside {upper}, which the sweep also sets; sweep one of the two",
+                )
 
     def _check_host_staging(self) -> None:
         """An aux pool's host staging must exist for its pool and, in buffer_only mode, hold
@@ -581,7 +608,7 @@ def point_document(
     doc.pop("sweep", None)
     doc.pop("costs", None)
     for key, value in values:
-        apply_override(doc, key, value, source=source)
+        apply_override(doc, key, copy.deepcopy(value), source=source)
     return doc
 
 

@@ -1,0 +1,105 @@
+"""Inputs that used to give a wrong answer without a word: overlapping swept keys, intervals
+clipped in one search and not the other, values replaced by a rule without being checked
+(docs/reliability.md, "Every input surface and the checks it gets")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import sim.plan
+from tests.conftest import TINY_SWEEP, invoke, make_doc
+
+SWA = "storage.pools.swa.capacity_gb"
+
+
+def priced_doc(**overrides: Any) -> dict[str, Any]:
+    doc = make_doc(**TINY_SWEEP, **overrides)
+    doc["hardware"] = {"gpu": "h200"}
+    doc["storage"]["pools"] = {"kv": {"capacity_gb": 1.0}, "swa": {"capacity_gb": 0.1}}
+    doc["costs"] = {"gpu_hour_usd": {"h200": 3.0}, "storage_gb_month_usd": {"kv": 0.1, "swa": 1}}
+    return doc
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(priced_doc(), sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a simulation ran before the plan was checked")
+
+    monkeypatch.setattr(sim.plan, "compute", refuse)
+
+
+def test_overlapping_finds_a_key_inside_another() -> None:
+    from sim.documents import overlapping
+
+    assert overlapping(["cluster.instances", "cluster"]) == ("cluster", "cluster.instances")
+    assert overlapping(["a.b", "a.b-c", "a.b.c.d"]) == ("a.b", "a.b.c.d")
+    assert overlapping(["storage.pools.kv", "storage.pools.kvx.capacity_gb"]) is None
+
+
+@pytest.mark.parametrize(
+    "axes",
+    [
+        ["cluster.instances=1,2", "cluster={instances: 4}"],
+        ["storage.pools.kv={capacity_gb: 5}", "storage.pools.kv.capacity_gb=1,2"],
+    ],
+)
+def test_a_plan_axis_inside_another_is_refused(work: Path, no_runs: None, axes: list[str]) -> None:
+    args = ["plan", "plan.yaml", "--target", "discard_rate<=0.2", "--out", "o"]
+    for axis in axes:
+        args += ["--axis", axis]
+    result = invoke(*args)
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert "--axis" in result.stderr and "lies inside" in result.stderr
+    assert "Traceback" not in result.stderr and not (work / "o").exists()
+
+
+def test_a_sweep_grid_key_inside_another_is_refused(tmp_path: Path) -> None:
+    doc = make_doc(**TINY_SWEEP)
+    doc["sweep"] = {
+        "seeds": 2,
+        "grid": {"storage.pools.kv": [{"capacity_gb": 5}], "storage.pools.kv.capacity_gb": [1, 2]},
+    }
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = invoke("validate", str(path))
+    assert result.exit_code == 2
+    assert f"{path}: sweep.grid.storage.pools.kv.capacity_gb" in result.stderr
+    assert "lies inside storage.pools.kv" in result.stderr
+
+
+def test_a_variant_key_inside_a_grid_key_is_refused(tmp_path: Path) -> None:
+    doc = make_doc(**TINY_SWEEP)
+    doc["sweep"] = {
+        "seeds": 2,
+        "grid": {"cluster": [{"instances": 2}]},
+        "variants": {"one": {"cluster.instances": 1}},
+    }
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = invoke("validate", str(path))
+    assert result.exit_code == 2 and "sweep.variants.one.cluster.instances" in result.stderr
+
+
+def test_a_mapping_value_is_never_changed_by_a_later_key() -> None:
+    """A point's recorded values are what the user wrote, even were a later key to write
+    inside a mapping value (each point gets its own copy)."""
+    from sim.scenario import point_document
+    from tests.conftest import make_scenario
+
+    written = {"capacity_gb": 5}
+    keyed = [("storage.pools.kv", written), ("storage.pools.kv.capacity_gb", 2)]
+    doc = point_document(make_scenario(), keyed, "<t>")
+    assert doc["storage"]["pools"]["kv"] == {"capacity_gb": 2}
+    assert json.dumps(written) == '{"capacity_gb": 5}'
