@@ -219,7 +219,7 @@ class PlanSearch:
             point = Point(p, dict(task.values), gpus, cost, len(ok), len(by_point[p]) - len(ok))
             for metric in metrics:
                 values = [s[metric] for s in ok if s.get(metric) is not None]
-                point.stats[metric] = confidence(values, LEVEL)
+                point.stats[metric] = confidence(values, LEVEL, key=metric)
             for target in self.targets:
                 measured = point.stats[target.metric]["n"] > 0
                 point.meets[target.text] = measured and target.met(point.stats[target.metric])

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+import sim.capacity
 import sim.plan
 from tests.conftest import TINY_SWEEP, invoke, make_doc
 
@@ -103,3 +104,41 @@ def test_a_mapping_value_is_never_changed_by_a_later_key() -> None:
     doc = point_document(make_scenario(), keyed, "<t>")
     assert doc["storage"]["pools"]["kv"] == {"capacity_gb": 2}
     assert json.dumps(written) == '{"capacity_gb": 5}'
+
+
+def test_plan_truncates_intervals_to_the_metrics_range_as_capacity_does(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TTFT is never negative: plan's interval stops at 0 as capacity's does, so a target
+    `ttft_p99_s>=0` holds for the first deployment of both."""
+    from sim.capacity import CapacitySearch
+    from sim.plan import PlanSearch
+    from sim.scenario import load_scenario
+
+    ttfts = [0.01, 0.02, 0.5]
+
+    def fake(tasks: list[Any], *args: Any, **kwargs: Any) -> tuple[list[Any], int]:
+        summary = {"ttft_p99_s": 0.0, "l3_loaded_rate": 0.5, "discard_rate": 0.0}
+        records = [
+            {"summary": {**summary, "ttft_p99_s": ttfts[t.seed_index]}, "error": None}
+            for t in tasks
+        ]
+        return records, 0
+
+    monkeypatch.setattr(sim.plan, "compute", fake)
+    monkeypatch.setattr(sim.capacity, "compute", fake)  # type: ignore[attr-defined]
+    scenario = load_scenario(work / "plan.yaml")
+    target = "ttft_p99_s>=0"
+    plan = PlanSearch(
+        scenario, "plan.yaml", [("cluster.instances", [1, 2])], [target], 3, work / "p",
+        executor="serial",
+    )  # fmt: skip
+    answer = plan.run()
+    stats = answer.points[0].stats["ttft_p99_s"]
+    assert stats["ci_low"] == 0.0 and stats["ci_high"] == pytest.approx(0.8724, abs=1e-4)
+    assert answer.answer is not None and answer.answer.values == {"cluster.instances": 1}
+    cap = CapacitySearch(
+        scenario, "plan.yaml", "cluster.instances", target, 3, work / "c", executor="serial"
+    )
+    (evaluation,) = cap.scan([1]).evaluations
+    assert (evaluation.ci_low, evaluation.ci_high) == (stats["ci_low"], stats["ci_high"])
