@@ -24,6 +24,7 @@ from pydantic import (
     BaseModel,
     Field,
     PrivateAttr,
+    TypeAdapter,
     ValidationError,
     create_model,
     model_validator,
@@ -439,10 +440,12 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
         *profiled.problems,
         *((e.key, e.message) for e in normalize_sizes(doc, model)),
     ]
-    derived = derive(doc, model, profiled.sources, schema_default)
+    derived = derive(doc, model, profiled.sources, schema_default, schema_refusal)
     problems += [(e.key, str(e).split(": ", 1)[1]) for e in derived]
     list_every_storage_pool(doc)
     known = {key for key, _ in problems}
+    if derived:
+        known.add("device.kv_pages")  # not sized, and the derivation has said why
     try:
         scenario = scenario_model().model_validate(doc)
     except RecursionError:
@@ -502,6 +505,34 @@ def schema_default(key: str) -> Any:
     if field is None:
         return None
     return field.default_factory() if field.default_factory is not None else field.default
+
+
+def schema_refusal(key: str, value: Any) -> str | None:
+    """Why the schema refuses `value` at dotted key `key`, in its own words (None: it takes it,
+    or the key is not one of its fields): what SGLang's rules derive from a value must not run
+    on one the schema will refuse."""
+    model: Any = scenario_model()
+    *path, leaf = key.split(".")
+    for part in path:
+        model = field_model(model, part, None)
+        if model is None:
+            return None
+    fields = getattr(model, "model_fields", {})
+    if leaf not in fields:
+        return None
+    try:
+        _field_adapter(model, leaf).validate_python(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        return describe({**err, "loc": tuple(key.split("."))}, {}, scenario_model())[1]
+    return None
+
+
+@cache
+def _field_adapter(model: Any, leaf: str) -> TypeAdapter[Any]:
+    field = model.model_fields[leaf]
+    annotated: Any = Annotated[field.annotation, field]
+    return TypeAdapter(annotated)
 
 
 def _restore(doc: dict[str, Any], sources: dict[str, str], written: dict[str, Any]) -> Scenario:

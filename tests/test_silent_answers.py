@@ -142,3 +142,26 @@ def test_plan_truncates_intervals_to_the_metrics_range_as_capacity_does(
     )
     (evaluation,) = cap.scan([1]).evaluations
     assert (evaluation.ci_low, evaluation.ci_high) == (stats["ci_low"], stats["ci_high"])
+
+
+PRESET = "scenarios/presets/gpt_oss_120b.yaml"
+
+
+@pytest.mark.parametrize("value", [-1, 0, "abc", True, 1.5])
+def test_a_bad_mem_fraction_static_is_refused_not_replaced_by_sglangs_rule(value: Any) -> None:
+    from sim.scenario import ScenarioError, load_scenario
+    from tests.conftest import REPO
+
+    overrides = {"device": {}, "hardware.gpu": "h200", "server.mem_fraction_static": value}
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(REPO / PRESET, overrides)
+    assert str(err.value.key).endswith("server.mem_fraction_static")
+
+
+def test_mem_fraction_static_null_still_takes_sglangs_rule() -> None:
+    from sim.scenario import load_scenario
+    from tests.conftest import REPO
+
+    overrides = {"device": {}, "hardware.gpu": "h200", "server.mem_fraction_static": None}
+    scenario = load_scenario(REPO / PRESET, overrides)
+    assert scenario.sources["server.mem_fraction_static"].startswith("derived: SGLang's rule")
