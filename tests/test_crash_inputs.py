@@ -71,3 +71,73 @@ def test_a_plan_axis_that_breaks_the_sizing_exits_2(
     assert result.exit_code == 2, (result.output, result.stderr)
     assert "model.kv.bytes_per_token" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    target = tmp_path / "run"
+    shutil.copytree(run, target)
+    return target
+
+
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_a_result_json_nested_3000_deep_exits_2(
+    traced_run: Path, tmp_path: Path, command: str
+) -> None:
+    run = _copy(traced_run, tmp_path)
+    (run / "summary.json").write_text('{"a":' * 3000 + "1" + "}" * 3000)
+    result = invoke(command, str(run))
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert "summary.json" in result.stderr and "nested too deeply" in result.stderr
+
+
+@pytest.mark.parametrize("bad", ['"many"', "[1, 2]", "Infinity", "NaN", "true"])
+def test_a_summary_count_that_is_not_a_finite_number_exits_2(
+    traced_run: Path, tmp_path: Path, bad: str
+) -> None:
+    import json
+
+    run = _copy(traced_run, tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    text = json.dumps(summary).replace(
+        f'"prefetch_discarded": {summary["prefetch_discarded"]}', f'"prefetch_discarded": {bad}'
+    )
+    (run / "summary.json").write_text(text)
+    result = invoke("report", str(run))
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert "summary.json: prefetch_discarded: not a finite number" in result.stderr
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_a_time_series_holding_inf_exits_2(
+    traced_run: Path, tmp_path: Path, command: str, value: float
+) -> None:
+    import pandas as pd
+
+    run = _copy(traced_run, tmp_path)
+    table = pd.read_parquet(run / "timeseries.parquet")
+    table["instance"] = table["instance"].astype(float)
+    table.loc[len(table) // 2, "instance"] = value
+    table.to_parquet(run / "timeseries.parquet")
+    result = invoke(command, str(run))
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert "timeseries.parquet" in result.stderr and "not finite" in result.stderr
+
+
+def test_string_cells_in_a_comparison_table_exit_2(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from tests.conftest import make_doc
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_doc(duration_s=20, **{"workload.requests": 20})))
+    assert invoke("compare", str(path), "--out", str(tmp_path / "c")).exit_code == 0
+    table = pd.read_csv(tmp_path / "c" / "comparison.csv")
+    table["ttft_p99_s"] = table["ttft_p99_s"].astype(object)
+    table.loc[0, "ttft_p99_s"] = "abc"
+    table.to_csv(tmp_path / "c" / "comparison.csv", index=False)
+    result = invoke("report", str(tmp_path / "c"))
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert "comparison.csv" in result.stderr and "ttft_p99_s" in result.stderr
