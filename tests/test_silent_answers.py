@@ -165,3 +165,20 @@ def test_mem_fraction_static_null_still_takes_sglangs_rule() -> None:
     overrides = {"device": {}, "hardware.gpu": "h200", "server.mem_fraction_static": None}
     scenario = load_scenario(REPO / PRESET, overrides)
     assert scenario.sources["server.mem_fraction_static"].startswith("derived: SGLang's rule")
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-320, 1e-300])
+def test_a_tiny_router_temperature_picks_the_cheapest_without_warnings(
+    temperature: float,
+) -> None:
+    import warnings
+
+    import numpy as np
+
+    from sim.routing import softmax_pick
+
+    rng = np.random.default_rng(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        picks = {softmax_pick([3.0, 1.0, 2.0], temperature, rng) for _ in range(20)}
+    assert picks == {1}
