@@ -301,6 +301,10 @@ def price(scenario: Scenario, source: str, task: Task) -> tuple[int, float]:
                 f"or search it with --axis storage.pools.{pool}.capacity_gb=A,B,...",
             )
         hourly += capacity * costs.storage_gb_month_usd[pool] / HOURS_PER_MONTH
+    if not math.isfinite(hourly * HOURS_PER_MONTH):
+        raise ScenarioError(
+            source, "costs", f"the price of {where} overflows: give prices of a finite product"
+        )
     return gpus, hourly
 
 

@@ -639,8 +639,9 @@ class DynamoKvSpec(RouterSpec):
     shared_cache_multiplier: Probability = 0.5
     """Credit per block the shared storage holds beyond both (`shared_cache_multiplier`: 0 in
     the config, 0.5 from the frontend once a shared cache is enabled)."""
-    prefill_load_scale: NonNegFloat = 1.0
-    """Scale of the prefill blocks left after the credits (`--router-prefill-load-scale`)."""
+    prefill_load_scale: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 1.0
+    """Scale of the prefill blocks left after the credits (`--router-prefill-load-scale`); at
+    most 10**6, so scale x blocks stays finite (1e308 made costs inf and their range NaN)."""
     router_temperature: NonNegFloat = 0.0
     """Softmax temperature over the costs; 0 picks the cheapest (`--router-temperature`)."""
 

@@ -56,6 +56,8 @@ from sim.sections import (
     CostsSpec,
     DeviceSpec,
     ExistenceCacheSpec,
+    GbMonthUsd,
+    GpuHourUsd,
     HardwareSpec,
     HostSpec,
     ModelSpec,
@@ -80,7 +82,6 @@ from sim.spec import (
     KeyedError,
     NonNegFloat,
     NonNegInt,
-    PositiveFloat,
     ScenarioError,
     Strict,
 )
@@ -399,8 +400,8 @@ def _schema(*versions: int) -> type[Scenario]:
         "CostsSpec",
         __base__=CostsSpec,
         __doc__=CostsSpec.__doc__,
-        gpu_hour_usd=(priced(GPUS, PositiveFloat), Field(default_factory=dict)),
-        storage_gb_month_usd=(priced(POOL_KINDS, NonNegFloat), Field(default_factory=dict)),
+        gpu_hour_usd=(priced(GPUS, GpuHourUsd), Field(default_factory=dict)),
+        storage_gb_month_usd=(priced(POOL_KINDS, GbMonthUsd), Field(default_factory=dict)),
     )
     workload = tagged(WORKLOAD_KINDS, "kind")
     return cast(

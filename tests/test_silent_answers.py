@@ -182,3 +182,49 @@ def test_a_tiny_router_temperature_picks_the_cheapest_without_warnings(
         warnings.simplefilter("error")
         picks = {softmax_pick([3.0, 1.0, 2.0], temperature, rng) for _ in range(20)}
     assert picks == {1}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("costs.storage_gb_month_usd.kv", 1e308),
+        ("costs.gpu_hour_usd.h200", 1e308),
+        ("cluster.router", {"policy": "dynamo_kv", "prefill_load_scale": 1e308}),
+    ],
+)
+def test_a_finite_value_whose_products_overflow_is_refused(
+    work: Path, no_runs: None, key: str, value: Any
+) -> None:
+    doc = priced_doc()
+    node = doc
+    *path, leaf = key.split(".")
+    for part in path:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    (work / "big.yaml").write_text(yaml.safe_dump(doc))
+    result = invoke(
+        "plan", "big.yaml", "--axis", "cluster.instances=1,2", "--target", "discard_rate<=0.2",
+        "--out", "o",
+    )  # fmt: skip
+    assert result.exit_code == 2, (result.output, result.stderr)
+    assert "big.yaml:" in result.stderr and "Traceback" not in result.stderr
+    assert not (work / "o").exists()
+
+
+def test_a_price_that_overflows_the_sum_is_refused(work: Path) -> None:
+    """Each price within its bound, the deployment's price must still be finite."""
+    from sim.plan import price
+    from sim.scenario import ScenarioError, build_scenario
+    from sim.sweep import Task
+
+    priced = priced_doc()
+    priced["costs"]["storage_gb_month_usd"]["kv"] = 1e9
+    scenario = build_scenario(priced, "p.yaml")
+    doc = {
+        "hardware": {"gpu": "h200"},
+        "cluster": {"instances": 1},
+        "server": {"tp_size": 1},
+        "storage": {"pools": {"kv": {"capacity_gb": 1e308}}},
+    }
+    with pytest.raises(ScenarioError, match="overflows"):
+        price(scenario, "p.yaml", Task(0, (), 0, 1, doc, "k"))
