@@ -346,7 +346,7 @@ def write_calibration(cal: Calibration, path: Path, force: bool = False) -> Path
         raise FileExistsError(f"{path} already exists (use --force to replace it)")
     from sim.outputs.files import refuse_output
 
-    refuse_output(path, link_ok=False)
+    refuse_output(path)
     body = yaml.safe_dump(
         cal.model_dump(mode="json"),
         sort_keys=False,

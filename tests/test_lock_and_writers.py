@@ -88,16 +88,6 @@ def test_export_trace_never_replaces_what_is_not_a_regular_file(
     assert target.is_fifo()
 
 
-def test_export_trace_refuses_a_link_it_was_told_to_write(traced_run: Path, tmp_path: Path) -> None:
-    victim = tmp_path / "notes.txt"
-    victim.write_text("mine")
-    link = tmp_path / "trace.csv"
-    link.symlink_to(victim)
-    result = invoke("export-trace", str(traced_run), "--out", str(link))
-    assert result.exit_code == 2 and "symbolic link" in result.stderr
-    assert link.is_symlink() and victim.read_text() == "mine"
-
-
 def test_a_file_inside_a_result_directory_refuses_a_fifo(traced_run: Path, tmp_path: Path) -> None:
     import shutil
 

@@ -252,7 +252,7 @@ def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
     from sim.outputs.results import PoolNotInRun, export_libcachesim_csv
 
     target = out or run_dir / f"storage_trace_{pool}.csv"
-    refuse_output(target, link_ok=out is None)
+    refuse_output(target)
     with reading(run_dir):
         try:
             n = export_libcachesim_csv(run_dir, pool, target)

@@ -17,9 +17,8 @@ def refuse_output(path: Path, link_ok: bool = True) -> None:
     """The rule of every writer: what is already at an output path is replaced only if it is a
     regular file (or, with `link_ok`, a symbolic link, which the rename replaces and never
     follows). A FIFO, a device (`/dev/null`), a socket or a folder is refused, naming the path,
-    and left as it is. The files inside a result directory are the tool's own, so a link planted
-    there is replaced; an output file the user names (`report --out`, `export-trace --out`,
-    `calibrate --out`) refuses a link too, since its target may be what the user meant."""
+    and left as it is. A link is replaced, never written through; `report` alone refuses one
+    (`link_ok=False`), as it always has."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
