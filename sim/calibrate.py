@@ -344,6 +344,9 @@ def write_calibration(cal: Calibration, path: Path, force: bool = False) -> Path
     replaced only with `force`."""
     if (path.exists() or path.is_symlink()) and not force:
         raise FileExistsError(f"{path} already exists (use --force to replace it)")
+    from sim.outputs.files import refuse_output
+
+    refuse_output(path)
     body = yaml.safe_dump(
         cal.model_dump(mode="json"),
         sort_keys=False,

@@ -9,7 +9,7 @@ dotted key and the line.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +194,19 @@ def apply_override(doc: dict[str, Any], key: str, value: Any, source: str = "--s
             raise ScenarioError(source, ".".join(parts[: i + 1]), "is not a mapping")
         node = child
     node[parts[-1]] = value
+
+
+def overlapping(keys: Iterable[str]) -> tuple[str, str] | None:
+    """The first (ancestor, descendant) pair among dotted keys where one lies inside the other
+    (`cluster` and `cluster.instances`), or None. Both set on one point, the later one writes
+    into (or over) the other's value, so a point's label no longer says what it ran."""
+    seen = set(keys)
+    for key in sorted(seen):
+        parts = key.split(".")
+        for i in range(1, len(parts)):
+            if ".".join(parts[:i]) in seen:
+                return ".".join(parts[:i]), key
+    return None
 
 
 def layered(defaults: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:

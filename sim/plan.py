@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from sim.capacity import check_target, interval_meets
-from sim.documents import parse_override
+from sim.documents import overlapping, parse_override
 from sim.outputs.files import replace_file
 from sim.results.directories import MARKER, MARKER_TEXT, StudyKind, check_study_out
 from sim.results.layout import TASKS
@@ -163,6 +163,13 @@ class PlanSearch:
                     "is not part of a deployment (the replications are --seeds; prices are "
                     "the costs: section)",
                 )
+        pair = overlapping(keys)
+        if pair is not None:
+            raise ScenarioError(
+                "--axis",
+                pair[1],
+                f"lies inside {pair[0]}, which another axis sets; give one of the two",
+            )
         self.targets = []
         for text in targets:
             metric, op, bound = check_target(scenario, text)
@@ -177,10 +184,11 @@ class PlanSearch:
             self.tasks = plan(scenario.model_copy(update={"sweep": sweep}), source)
         except ScenarioError as exc:
             raise ScenarioError("--axis", None, str(exc)) from None
-        self.prices = {p: price(scenario, source, _first(self.tasks, p)) for p in self._points()}
+        self.first = _firsts(self.tasks)
+        self.prices = {p: price(scenario, source, task) for p, task in self.first.items()}
 
     def _points(self) -> list[int]:
-        return sorted({task.point for task in self.tasks})
+        return list(self.first)
 
     def _check_value(self, key: str, value: Any) -> None:
         doc = point_document(self.scenario, [(key, value)], "--axis")
@@ -206,13 +214,13 @@ class PlanSearch:
         metrics = list(dict.fromkeys([*(t.metric for t in self.targets), *FRONTIER_METRICS]))
         points = []
         for p in self._points():
-            task = _first(self.tasks, p)
+            task = self.first[p]
             ok = [r["summary"] for r in by_point[p] if r.get("error") is None and r.get("summary")]
             gpus, cost = self.prices[p]
             point = Point(p, dict(task.values), gpus, cost, len(ok), len(by_point[p]) - len(ok))
             for metric in metrics:
                 values = [s[metric] for s in ok if s.get(metric) is not None]
-                point.stats[metric] = confidence(values, LEVEL)
+                point.stats[metric] = confidence(values, LEVEL, key=metric)
             for target in self.targets:
                 measured = point.stats[target.metric]["n"] > 0
                 point.meets[target.text] = measured and target.met(point.stats[target.metric])
@@ -294,6 +302,10 @@ def price(scenario: Scenario, source: str, task: Task) -> tuple[int, float]:
                 f"or search it with --axis storage.pools.{pool}.capacity_gb=A,B,...",
             )
         hourly += capacity * costs.storage_gb_month_usd[pool] / HOURS_PER_MONTH
+    if not math.isfinite(hourly * HOURS_PER_MONTH):
+        raise ScenarioError(
+            source, "costs", f"the price of {where} overflows: give prices of a finite product"
+        )
     return gpus, hourly
 
 
@@ -355,18 +367,23 @@ def pareto(points: list[Point], metric: str, op: str) -> list[Point]:
 PLAN_KIND = StudyKind("plan", "plan", PLAN, frozenset((TASKS, MARKER, PLAN, EVALUATIONS, FRONTIER)))
 
 
-def check_plan_out(target: Path, name: str, force: bool) -> None:
+def check_plan_out(target: Path, name: str, force: bool) -> bool:
     """A plan's `--out`: it resumes only into a plan of the same scenario (an interrupted one
-    holds only `tasks/`); anything else needs `--force`."""
-    check_study_out(target, name, force, PLAN_KIND)
+    holds only `tasks/`); anything else needs `--force` (True: replace it once complete)."""
+    return check_study_out(target, name, force, PLAN_KIND)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
     frame.to_csv(path, index=False)
 
 
-def _first(tasks: list[Task], point: int) -> Task:
-    return next(task for task in tasks if task.point == point)
+def _firsts(tasks: list[Task]) -> dict[int, Task]:
+    """Each point's first task, by point in order: one pass (a scan per point was quadratic,
+    436 s before the first run of a 50,000-point plan)."""
+    first: dict[int, Task] = {}
+    for task in tasks:
+        first.setdefault(task.point, task)
+    return dict(sorted(first.items()))
 
 
 def _point_json(p: Point) -> dict[str, Any]:

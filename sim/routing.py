@@ -456,15 +456,20 @@ def dynamo_cost(
 
 def softmax_pick(costs: Sequence[float], temperature: float, rng: np.random.Generator) -> int:
     """Dynamo's worker pick (selector/default.rs): at temperature 0 the cheapest, a tie drawn
-    uniformly; above, a softmax over the costs normalised by their range."""
+    uniformly; above, a softmax over the costs normalised by their range. A temperature so
+    small that range x temperature underflows to 0 is the softmax's limit, the cheapest (the
+    division would be 0/0, a NaN that picked server 0); exponents past the float range are
+    the zero weights they tend to, without numpy's overflow warnings."""
     low, high = min(costs), max(costs)
-    if temperature == 0.0:
+    scale = (high - low) * temperature
+    if temperature == 0.0 or (low != high and scale == 0.0):
         ties = [i for i, cost in enumerate(costs) if cost == low]
         return ties[int(rng.integers(len(ties)))] if len(ties) > 1 else ties[0]
     if low == high:
         weights = np.ones(len(costs))
     else:
-        weights = np.exp(-(np.asarray(costs) - low) / ((high - low) * temperature))
+        with np.errstate(over="ignore", under="ignore"):
+            weights = np.exp(-(np.asarray(costs) - low) / scale)
     cumulative = np.cumsum(weights / weights.sum())
     return min(int(np.searchsorted(cumulative, rng.random())), len(costs) - 1)
 
@@ -634,8 +639,9 @@ class DynamoKvSpec(RouterSpec):
     shared_cache_multiplier: Probability = 0.5
     """Credit per block the shared storage holds beyond both (`shared_cache_multiplier`: 0 in
     the config, 0.5 from the frontend once a shared cache is enabled)."""
-    prefill_load_scale: NonNegFloat = 1.0
-    """Scale of the prefill blocks left after the credits (`--router-prefill-load-scale`)."""
+    prefill_load_scale: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 1.0
+    """Scale of the prefill blocks left after the credits (`--router-prefill-load-scale`); at
+    most 10**6, so scale x blocks stays finite (1e308 made costs inf and their range NaN)."""
     router_temperature: NonNegFloat = 0.0
     """Softmax temperature over the costs; 0 picks the cheapest (`--router-temperature`)."""
 

@@ -24,6 +24,7 @@ from pydantic import (
     BaseModel,
     Field,
     PrivateAttr,
+    TypeAdapter,
     ValidationError,
     create_model,
     model_validator,
@@ -32,7 +33,14 @@ from pydantic import (
 from sim.deployment.hardware import GPUS
 from sim.deployment.profiles import SGLANG_RELEASES, STORAGE_BACKENDS, refusals
 from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
-from sim.documents import apply_override, parse_override, read_document, resolve_paths, value_at
+from sim.documents import (
+    apply_override,
+    overlapping,
+    parse_override,
+    read_document,
+    resolve_paths,
+    value_at,
+)
 from sim.errors import describe, field_model, mapping
 from sim.heal import RULES
 from sim.model.pools import KV, POOL_KINDS
@@ -48,6 +56,8 @@ from sim.sections import (
     CostsSpec,
     DeviceSpec,
     ExistenceCacheSpec,
+    GbMonthUsd,
+    GpuHourUsd,
     HardwareSpec,
     HostSpec,
     ModelSpec,
@@ -73,7 +83,6 @@ from sim.spec import (
     KeyedError,
     NonNegFloat,
     NonNegInt,
-    PositiveFloat,
     ScenarioError,
     Strict,
 )
@@ -186,7 +195,27 @@ class Scenario(Strict):
                     )
                 if where.startswith("sweep.variants.") and key in self.sweep.grid:
                     raise KeyedError(where, f"{key} is also swept by sweep.grid; set it once")
+            self._check_overlaps()
         return self
+
+    def _check_overlaps(self) -> None:
+        """A swept key and its ancestor (`cluster.instances` and `cluster`) on one point: the
+        later would write into or over the earlier's value, so points labelled apart would run
+        alike and the records would show values nobody wrote."""
+        assert self.sweep is not None
+        groups = [("sweep.grid", list(self.sweep.grid))]
+        for label, sets in self.sweep.variants.items():
+            groups.append((f"sweep.variants.{label}", [*self.sweep.grid, *sets]))
+        for where, keys in groups:
+            pair = overlapping(keys)
+            if pair is not None:
+                upper, lower = pair
+                if lower in self.sweep.grid:
+                    where = "sweep.grid"
+                raise KeyedError(
+                    f"{where}.{lower}",
+                    f"lies inside {upper}, which the sweep also sets; sweep one of the two",
+                )
 
     def _check_host_staging(self) -> None:
         """An aux pool's host staging must exist for its pool and, in buffer_only mode, hold
@@ -372,8 +401,8 @@ def _schema(*versions: int) -> type[Scenario]:
         "CostsSpec",
         __base__=CostsSpec,
         __doc__=CostsSpec.__doc__,
-        gpu_hour_usd=(priced(GPUS, PositiveFloat), Field(default_factory=dict)),
-        storage_gb_month_usd=(priced(POOL_KINDS, NonNegFloat), Field(default_factory=dict)),
+        gpu_hour_usd=(priced(GPUS, GpuHourUsd), Field(default_factory=dict)),
+        storage_gb_month_usd=(priced(POOL_KINDS, GbMonthUsd), Field(default_factory=dict)),
     )
     workload = tagged(WORKLOAD_KINDS, "kind")
     return cast(
@@ -413,10 +442,12 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
         *profiled.problems,
         *((e.key, e.message) for e in normalize_sizes(doc, model)),
     ]
-    derived = derive(doc, model, profiled.sources, schema_default)
+    derived = derive(doc, model, profiled.sources, schema_default, schema_refusal)
     problems += [(e.key, str(e).split(": ", 1)[1]) for e in derived]
     list_every_storage_pool(doc)
     known = {key for key, _ in problems}
+    if derived:
+        known.add("device.kv_pages")  # not sized, and the derivation has said why
     try:
         scenario = scenario_model().model_validate(doc)
     except RecursionError:
@@ -476,6 +507,34 @@ def schema_default(key: str) -> Any:
     if field is None:
         return None
     return field.default_factory() if field.default_factory is not None else field.default
+
+
+def schema_refusal(key: str, value: Any) -> str | None:
+    """Why the schema refuses `value` at dotted key `key`, in its own words (None: it takes it,
+    or the key is not one of its fields): what SGLang's rules derive from a value must not run
+    on one the schema will refuse."""
+    model: Any = scenario_model()
+    *path, leaf = key.split(".")
+    for part in path:
+        model = field_model(model, part, None)
+        if model is None:
+            return None
+    fields = getattr(model, "model_fields", {})
+    if leaf not in fields:
+        return None
+    try:
+        _field_adapter(model, leaf).validate_python(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        return describe({**err, "loc": tuple(key.split("."))}, {}, scenario_model())[1]
+    return None
+
+
+@cache
+def _field_adapter(model: Any, leaf: str) -> TypeAdapter[Any]:
+    field = model.model_fields[leaf]
+    annotated: Any = Annotated[field.annotation, field]
+    return TypeAdapter(annotated)
 
 
 def _restore(doc: dict[str, Any], sources: dict[str, str], written: dict[str, Any]) -> Scenario:
@@ -582,7 +641,7 @@ def point_document(
     doc.pop("sweep", None)
     doc.pop("costs", None)
     for key, value in values:
-        apply_override(doc, key, value, source=source)
+        apply_override(doc, key, copy.deepcopy(value), source=source)
     return doc
 
 

@@ -30,7 +30,6 @@ from sim.spec import (
     KeyedError,
     NonNegFloat,
     NonNegInt,
-    PositiveFloat,
     PositiveInt,
     Probability,
     Strict,
@@ -344,13 +343,22 @@ class HardwareSpec(Strict):
     """Cost of one copy beyond its bytes (`direct` io)."""
 
 
+MAX_PRICE_USD = 1e9
+"""No GPU-hour or GB-month costs more: a bound far above any price, low enough that a
+deployment's price (up to 10**9 GB a pool, thousands of GPUs) and the plots' axes stay finite
+(1e308 priced every deployment at $inf and made the answer the first in grid order)."""
+
+GpuHourUsd = Annotated[float, Field(strict=True, gt=0.0, le=MAX_PRICE_USD)]
+GbMonthUsd = Annotated[float, Field(strict=True, ge=0.0, le=MAX_PRICE_USD)]
+
+
 class CostsSpec(Strict):
     """`costs:` — the prices `hicache-sim plan` ranks deployments by; no run reads them, and
     none has a default: every figure is the user's (a plan without one names the key)."""
 
-    gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
+    gpu_hour_usd: dict[str, GpuHourUsd] = Field(default_factory=dict)
     """$ per GPU-hour by GPU preset (`hardware.gpu`); a server costs `server.tp_size` GPUs."""
-    storage_gb_month_usd: dict[str, NonNegFloat] = Field(default_factory=dict)
+    storage_gb_month_usd: dict[str, GbMonthUsd] = Field(default_factory=dict)
     """$ per GB-month of each storage pool's capacity (`storage.pools.<pool>.capacity_gb`)."""
     note: Annotated[str, Field(max_length=500)] | None = None
     """Where the figures come from (the shipped examples say they are illustrative)."""

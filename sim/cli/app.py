@@ -199,6 +199,20 @@ def drawn(plot: Callable[[Path], list[Path]], directory: Path) -> list[Path]:
         return []
 
 
+def interrupted(target: Path, work: Path) -> str:
+    """What an interrupted search says: where its finished runs are kept for a rerun to reuse,
+    or, when it was to replace another result (`--force`), that the old result is untouched."""
+    from sim.results.layout import TASKS
+    from sim.sweep import finished_runs
+
+    if work != target:
+        return f"interrupted; nothing was replaced: {target} is as it was before"
+    return (
+        f"interrupted after {finished_runs(target / TASKS)} finished runs; they are kept in "
+        f"{target / TASKS} and a rerun with --out {target} reuses them"
+    )
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 

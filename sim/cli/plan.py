@@ -13,11 +13,12 @@ from sim.cli.app import (
     cli,
     drawn,
     executor_options,
+    interrupted,
     load,
     out_option,
     set_option,
 )
-from sim.results.directories import only_writer
+from sim.results.directories import only_writer, replaced_at_end
 from sim.results.layout import TASKS
 
 
@@ -64,7 +65,6 @@ def plan_cmd(
     from sim.outputs.plan import plot_plan, write_plan_page
     from sim.plan import PlanSearch, check_plan_out, parse_axis
     from sim.results.directories import default_out
-    from sim.sweep import finished_runs
 
     sc = load(scenario, overrides)
     target_dir = out or default_out(RESULTS_ROOT, sc.name, "plan")
@@ -78,22 +78,20 @@ def plan_cmd(
         executor=executor,
         workers=workers,
     )
-    check_plan_out(target_dir, sc.name, force)  # after every check: --force may replace it
+    replace = check_plan_out(target_dir, sc.name, force)  # after every check
     points = search.runs // seeds
     click.echo(
         f"{points} deployments × {seeds} seeds = {search.runs} runs into {target_dir}", err=True
     )
-    with only_writer(target_dir):
+    with only_writer(target_dir), replaced_at_end(target_dir, replace) as work:
+        search.out = work
         try:
             answer = search.run()
         except KeyboardInterrupt:
-            click.echo(
-                f"interrupted after {finished_runs(target_dir / TASKS)} finished runs; they are "
-                f"kept in {target_dir / TASKS} and a rerun with --out {target_dir} reuses them",
-                err=True,
-            )
+            click.echo(interrupted(target_dir, work), err=True)
             sys.exit(130)
         tables = search.save(answer)
+    search.out = target_dir
     doc = search.document(answer)
     for point in sorted(answer.points, key=lambda p: (p.cost_usd_per_hour, p.point)):
         where = " ".join(f"{k}={v}" for k, v in point.values.items())

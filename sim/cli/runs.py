@@ -248,9 +248,11 @@ def _print_sources(scenario: Scenario) -> None:
 @bad_input
 def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
     """Write a run's storage accesses of one pool as a libCacheSim CSV trace."""
+    from sim.outputs.files import refuse_output
     from sim.outputs.results import PoolNotInRun, export_libcachesim_csv
 
     target = out or run_dir / f"storage_trace_{pool}.csv"
+    refuse_output(target)
     with reading(run_dir):
         try:
             n = export_libcachesim_csv(run_dir, pool, target)

@@ -15,14 +15,20 @@ from sim.cli.app import (
     cli,
     drawn,
     executor_options,
+    interrupted,
     load,
     out_option,
     set_option,
     warn_sizes,
 )
 from sim.outputs.files import replace_file
-from sim.results.directories import check_capacity_out, check_sweep_out, only_writer
-from sim.results.layout import CONFIG, TASKS
+from sim.results.directories import (
+    check_capacity_out,
+    check_sweep_out,
+    only_writer,
+    replaced_at_end,
+)
+from sim.results.layout import CONFIG
 from sim.scenario import (
     ScenarioError,
 )
@@ -196,7 +202,6 @@ def capacity_cmd(
     from sim.capacity import CapacitySearch
     from sim.outputs.plot import plot_capacity
     from sim.results.directories import default_out
-    from sim.sweep import finished_runs
 
     if more_values and values is not None:
         values = " ".join([values, *more_values])
@@ -209,8 +214,9 @@ def capacity_cmd(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
     search.given = question.given
-    check_capacity_out(target_dir, sc.name, force)  # after every check: --force may replace it
-    with only_writer(target_dir):
+    replace = check_capacity_out(target_dir, sc.name, force)  # after every check
+    with only_writer(target_dir), replaced_at_end(target_dir, replace) as work:
+        search.out = work
         try:
             if values is not None:
                 answer = search.scan(question.numbers)
@@ -218,14 +224,10 @@ def capacity_cmd(
                 low, high = question.numbers
                 answer = search.bisect(low, high, tolerance)
         except KeyboardInterrupt:
-            finished = finished_runs(target_dir / TASKS)
-            click.echo(
-                f"interrupted after {finished} finished runs; they are kept in "
-                f"{target_dir / 'tasks'} and a rerun with --out {target_dir} reuses them",
-                err=True,
-            )
+            click.echo(interrupted(target_dir, work), err=True)
             sys.exit(130)
         search.save(answer)
+    search.out = target_dir
     if search.reference is not None:
         click.echo(search.reference.describe(search))
     for ev in answer.evaluations:

@@ -170,8 +170,10 @@ class Derivation:
         model: dict[str, Any],
         sources: Sources,
         default: Callable[[str], Any],
+        refusal: Callable[[str, Any], str | None] = lambda key, value: None,
     ) -> None:
         self.doc, self.model, self.sources, self.default = doc, model, sources, default
+        self.refusal = refusal
         self.era = era_of(doc)
         self.tiers: tuple[ChunkTier, ...] = (
             TIERS_SINCE_0_5_20 if self.era is None else self.era.memory_tiers
@@ -300,10 +302,11 @@ class Derivation:
                 "required: give it, or name model.preset with hardware.gpu to size the device "
                 "from the GPU's memory minus the model's weights",
             )
+        self.check_sizing_inputs()
         tp = self.value("server.tp_size")
         chunk = self.value("compute.chunk_tokens")
         fraction = self.value("server.mem_fraction_static")
-        if not _number(fraction):
+        if fraction is None:
             fraction = mem_fraction_static(self.tiers, memory, tp, chunk)
             self.fill(
                 "server.mem_fraction_static",
@@ -346,19 +349,54 @@ class Derivation:
                 "mamba_full_memory_ratio of the pools for Mamba states",
             )
 
+    def check_sizing_inputs(self) -> None:
+        """Every value the device sizing reads, refused (KeyedError naming it) where the
+        schema would refuse it: a bad one must neither crash the arithmetic nor be replaced
+        by SGLang's rule (a `mem_fraction_static` of 0 or `abc` used to be, silently)."""
+        for key in SIZING_INPUTS:
+            value = self.value(key)
+            why = self.refusal(key, value)
+            if why is not None:
+                raise KeyedError(key, f"{why}; the device is sized from it")
+        kv = self.model.get("kv") if isinstance(self.model, dict) else None
+        if not isinstance(kv, dict):
+            raise KeyedError(
+                "model.kv", "must be a mapping with bytes_per_token to size the device from"
+            )
+        value = kv.get("bytes_per_token")
+        why = self.refusal("model.kv.bytes_per_token", value)
+        if why is not None or not _number(value):
+            why = why or f"must be a number of bytes above 0 (got {show_value(value)})"
+            raise KeyedError("model.kv.bytes_per_token", f"{why}; the device is sized from it")
+
     def pool_value(self, pool: str, key: str) -> Any:
         spec = self.model.get(pool) if isinstance(self.model, dict) else None
         value = spec.get(key) if isinstance(spec, dict) else None
         return value if _number(value) else None
 
 
+SIZING_INPUTS = (
+    "server.tp_size",
+    "compute.chunk_tokens",
+    "server.mem_fraction_static",
+    "server.swa_full_tokens_ratio",
+    "server.mamba_full_memory_ratio",
+)
+"""The server keys the device sizing reads, besides the model's bytes per token."""
+
+
 def derive(
-    doc: dict[str, Any], model: dict[str, Any], sources: Sources, default: Callable[[str], Any]
+    doc: dict[str, Any],
+    model: dict[str, Any],
+    sources: Sources,
+    default: Callable[[str], Any],
+    refusal: Callable[[str, Any], str | None] = lambda key, value: None,
 ) -> list[KeyedError]:
     """Fill, in place, what SGLang derives and the document left out; returns what cannot be
     derived. `model` is the document's model section with its preset expanded; `default` gives
-    the schema's default of a dotted key."""
-    return Derivation(doc, model, sources, default).run()
+    the schema's default of a dotted key, and `refusal` why the schema refuses a value (None:
+    it takes it)."""
+    return Derivation(doc, model, sources, default, refusal).run()
 
 
 def _number(value: Any) -> bool:

@@ -3,11 +3,36 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+
+from sim.spec import ScenarioError
+
+
+def refuse_output(path: Path, link_ok: bool = True) -> None:
+    """The rule of every writer: what is already at an output path is replaced only if it is a
+    regular file (or, with `link_ok`, a symbolic link, which the rename replaces and never
+    follows). A FIFO, a device (`/dev/null`), a socket or a folder is refused, naming the path,
+    and left as it is. A link is replaced, never written through; `report` alone refuses one
+    (`link_ok=False`), as it always has."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise ScenarioError(str(path), None, "lies under a file, not a folder") from None
+    if stat.S_ISLNK(mode):
+        if link_ok:
+            return
+        raise ScenarioError(str(path), None, "is a symbolic link; refusing to write through it")
+    if not stat.S_ISREG(mode):
+        raise ScenarioError(
+            str(path), None, "exists and is not a regular file; refusing to replace it"
+        )
 
 
 def replace_file(path: Path, write: Callable[[Path], object]) -> Path:
@@ -19,7 +44,9 @@ def replace_file(path: Path, write: Callable[[Path], object]) -> Path:
     following it: a link planted in a result directory (`timeseries.png -> ~/notes`) is
     replaced by the plot, and its target is left alone. A reader never sees half a file. The
     file is made readable by all (0644), as a plain write would be, not mkstemp's 0600.
+    Anything at `path` but a regular file or a link is refused (`refuse_output`).
     """
+    refuse_output(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

@@ -20,7 +20,7 @@ import yaml
 
 from sim.outputs.answers import answer_text, quantity_text
 from sim.outputs.card import deployment_card
-from sim.outputs.files import replace_file
+from sim.outputs.files import refuse_output, replace_file
 from sim.outputs.findings import (
     capacity_findings,
     compare_findings,
@@ -57,7 +57,6 @@ from sim.results.reading import (
     read_sweep,
     task_records,
 )
-from sim.spec import ScenarioError
 from sim.stats import confidence, parse_target
 from sim.units import cell, metric_unit, number
 
@@ -75,10 +74,7 @@ def write_report(directory: Path, out: Path | None = None) -> Path:
 
 
 def _refuse_target(target: Path) -> None:
-    if target.is_symlink():
-        raise ScenarioError(str(target), None, "is a symbolic link; refusing to write through it")
-    if target.exists() and not target.is_file():
-        raise ScenarioError(str(target), None, "exists and is not a regular file")
+    refuse_output(target, link_ok=False)
 
 
 def build_report(directory: Path) -> str:

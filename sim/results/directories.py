@@ -4,12 +4,15 @@ on its directory while it writes."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -258,24 +261,25 @@ CAPACITY_KIND = StudyKind(
 )
 
 
-def check_capacity_out(target: Path, name: str, force: bool) -> None:
+def check_capacity_out(target: Path, name: str, force: bool) -> bool:
     """A capacity search's `--out` (see `check_study_out`)."""
-    check_study_out(target, name, force, CAPACITY_KIND)
+    return check_study_out(target, name, force, CAPACITY_KIND)
 
 
-def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> None:
+def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> bool:
     """A search resumes into an existing `--out` only if it is a directory of the same kind
     and scenario; anything else needs `--force`, which replaces only a result directory of this
     tool (never a folder of the user's, a symbolic link, the working directory or a parent of
-    it)."""
+    it). True when `target` is to be replaced: nothing is deleted here, the new search is
+    built aside and replaces it only once complete (`replaced_at_end`)."""
     check_path("--out", target)
     if target.is_symlink():
         raise ScenarioError("--out", None, f"{target} is a symbolic link; choose another --out")
     if not target.exists():
-        return
+        return False
     why = _not_study_of(target, name, kind)
     if why is None:
-        return
+        return False
     if not force:
         raise ScenarioError(
             "--out",
@@ -287,7 +291,29 @@ def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> No
         check_replaceable(target)
     except FileExistsError as exc:
         raise ScenarioError("--out", None, str(exc)) from None
-    shutil.rmtree(target)
+    return True
+
+
+@contextmanager
+def replaced_at_end(target: Path, replace: bool) -> Iterator[Path]:
+    """Where a search writes: `target` itself, or (`replace`: `--force` over another result)
+    a staging sibling that replaces `target` only when the block ends normally, as `run
+    --force` does; an interrupted or failed search leaves the old result as it was and its own
+    runs nowhere."""
+    if not replace:
+        yield target
+        return
+    remove_stale_staging(target.parent)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent))
+    try:
+        (staging / STAGING_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+        yield staging / "out"
+        if target.exists() or target.is_symlink():
+            check_replaceable(target)
+            shutil.rmtree(target)
+        os.replace(staging / "out", target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _not_study_of(target: Path, name: str, kind: StudyKind) -> str | None:
@@ -330,6 +356,37 @@ def _lock_name(name: str) -> str:
     return f".{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}.lock"
 
 
+def _open_lock(lock_path: Path) -> io.FileIO:
+    """The lock file, opened without truncating it, without following a link planted at its
+    path (a link there would have the lock truncate or create a file elsewhere) and without
+    blocking (a FIFO there would wait forever for a reader); anything but a regular file is
+    refused, naming the path, and left as it is."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(lock_path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise _not_a_lock(lock_path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _not_a_lock(lock_path)
+        os.set_blocking(fd, True)
+        return io.FileIO(fd, "w")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _not_a_lock(lock_path: Path) -> ScenarioError:
+    return ScenarioError(
+        "--out",
+        None,
+        f"{lock_path} (the lock beside --out) is a symbolic link or not a regular file; "
+        "remove it or choose another --out",
+    )
+
+
 @contextmanager
 def only_writer(target: Path) -> Iterator[None]:
     """Hold a lock beside the sweep directory while writing it: a second sweep into the same
@@ -337,7 +394,7 @@ def only_writer(target: Path) -> Iterator[None]:
     lock_path = target.parent / _lock_name(target.name)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle = lock_path.open("w")
+        handle = _open_lock(lock_path)
     except OSError as exc:
         raise ScenarioError(
             "--out", None, f"cannot write in {target.parent}: {exc.strerror or exc}"

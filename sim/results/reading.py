@@ -6,11 +6,13 @@ reader needs) is bad input naming the file. Only the resolved configuration may 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -40,6 +42,8 @@ def read_json(path: Path) -> dict[str, Any]:
         doc = json.loads(read_text_bounded(path))
     except (OSError, ValueError) as exc:
         raise ScenarioError(str(path), None, f"unreadable: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(str(path), None, "nested too deeply to be a result file") from None
     if not isinstance(doc, dict):
         raise ScenarioError(str(path), None, "not a JSON object")
     return doc
@@ -110,7 +114,38 @@ TIMESERIES_COLUMNS = (
 
 
 def read_timeseries(path: Path) -> pd.DataFrame:
-    return with_columns(read_table(path), path, TIMESERIES_COLUMNS, TIMESERIES_COLUMNS)
+    """A run's time series: every column the plots read, and every column a finite number
+    (each is a count or a time; an inf or a NaN would reach the axis arithmetic)."""
+    frame = read_table(path)
+    with_columns(frame, path, TIMESERIES_COLUMNS, frame.columns)
+    return finite(frame, path, frame.columns)
+
+
+def finite(frame: pd.DataFrame, path: Path, columns: Iterable[str]) -> pd.DataFrame:
+    """The table, if the numeric `columns` hold only finite numbers; otherwise bad input."""
+    bad = [
+        str(c)
+        for c in columns
+        if pd.api.types.is_numeric_dtype(frame[c])
+        and not pd.api.types.is_bool_dtype(frame[c])
+        and not np.isfinite(frame[c].to_numpy(dtype=float)).all()
+    ]
+    if bad:
+        raise ScenarioError(
+            str(path), None, f"the columns {', '.join(bad)} hold a value that is not finite"
+        )
+    return frame
+
+
+def check_summary(summary: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A run's summary.json: every value a finite number or null (what a run writes)."""
+    for key, value in summary.items():
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value is not None and not (number and math.isfinite(value)):
+            raise ScenarioError(
+                str(path), str(key), f"not a finite number (got {json.dumps(value)[:40]})"
+            )
+    return summary
 
 
 @dataclass(frozen=True)
@@ -149,7 +184,8 @@ def read_run(directory: Path) -> RunDir:
     config_text, config = read_config(directory)
     meta_path = directory / META
     meta = read_json(meta_path) if meta_path.is_file() else {}
-    return RunDir(directory, read_json(directory / SUMMARY), meta, config_text, config)
+    summary = check_summary(read_json(directory / SUMMARY), directory / SUMMARY)
+    return RunDir(directory, summary, meta, config_text, config)
 
 
 # ---------------------------------------------------------------- studies
@@ -277,7 +313,8 @@ def read_compare(directory: Path, column: str | None = None) -> CompareDir:
     if table.empty:
         raise ScenarioError(str(path), None, "has no variant")
     column = column or str(table.columns[0])
-    with_columns(table, path, (column,))
+    figures = [c for c in table.columns if c != column]
+    with_columns(table, path, (column,), figures)  # every other column is a summary key
     listing_path = directory / VARIANTS
     if listing_path.exists():
         variants = read_json(listing_path).get("variants")
