@@ -3,7 +3,7 @@
 0.5.23 ships test kits (`sglang/test/kits/unified_radix_cache/`) that build the cache, its
 pools and its HiCache controller; `Kit0523` drives them. Each method is one thing the driver
 needs (build an instance, play one request, back a sequence up, read the beliefs), so a release
-without a kit supplies its own fixture behind the same methods.
+without a kit (0.5.19) would supply its own fixture behind the same methods.
 """
 
 from __future__ import annotations
@@ -19,11 +19,7 @@ from tests.real_sglang import cpu
 def for_release(release: str) -> Any:
     if release == "0.5.23":
         return Kit0523()
-    if release == "0.5.19":
-        from tests.real_sglang.kit0519 import Kit0519
-
-        return Kit0519()
-    raise ValueError(f"no real-SGLang fixture for {release}")
+    raise ValueError(f"no real-SGLang fixture for {release} (only 0.5.23 ships test kits)")
 
 
 def _test_case(bases: tuple[type, ...]) -> Any:
@@ -153,15 +149,13 @@ class Kit0523:
         record["loaded_tokens"] = after - device
         return record
 
-    def backup(self, inst: Any, tokens: list[int]) -> None:
-        """The request's sequence inserted and backed up, parent first, until storage acks."""
-        from sglang.test.kits.unified_radix_cache.fixtures import write_backup
-
+    def insert(self, inst: Any, tokens: list[int]) -> None:
+        """The finished request's sequence inserted, its out-of-window SWA already freed."""
         from sglang.srt.mem_cache.base_prefix_cache import InsertParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
         from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 
-        cache, allocator, req_to_token, case = inst
+        cache, allocator, _, case = inst
         value = self.fixture._alloc(allocator, len(tokens))[: len(tokens)]
         live_from = out_of_window(case, len(tokens))
         params = InsertParams(key=RadixKey(array("q", tokens)), value=value)
@@ -170,6 +164,12 @@ class Kit0523:
         cache.insert(params)
         if live_from:
             allocator.free_swa(value[:live_from])
+
+    def backup(self, inst: Any, tokens: list[int]) -> None:
+        """The sequence backed up, parent first, until storage acknowledges every write."""
+        from sglang.test.kits.unified_radix_cache.fixtures import write_backup
+
+        cache = inst[0]
         leaf = self._match(cache, tokens).last_device_node
         write_backup(cache, leaf)
         pipeline = cache.buffer_pipeline

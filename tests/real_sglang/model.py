@@ -13,6 +13,7 @@ run is repeated for each prefix of the steps, which is cheap at this size).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ def scenario_doc(case: dict[str, Any], release: str, instances: int) -> dict[str
         pools["swa"] = {}
         device["swa_pages"] = device["kv_pages"]
     doc: dict[str, Any] = {
-        "name": case["name"].replace(" ", "-"),
+        "name": re.sub(r"[^A-Za-z0-9_.-]+", "-", case["name"]).strip("-"),
         "seed": 1,
         "duration_s": GAP_S * (len(case["steps"]) + 1),
         "warmup_s": 0,
@@ -48,8 +49,7 @@ def scenario_doc(case: dict[str, Any], release: str, instances: int) -> dict[str
         "storage": {"backend": "file", "pools": pools},
         "prefetch": {"policy": "wait_complete", "threshold_tokens": page},
         "cluster": {"instances": instances, "router": {"policy": "round_robin"}},
-        "workload": {"kind": "shared_prefix", "prefixes": 1, "prefix_tokens": page,
-                     "requests": 1},
+        "workload": {"kind": "shared_prefix", "prefixes": 1, "prefix_tokens": page, "requests": 1},
     }
     if case.get("existence_entries"):
         doc["existence_cache"] = {"entries": case["existence_entries"]}
@@ -152,8 +152,7 @@ class _Storage:
             served = original(keys, now_s, client)
             for key in failing:
                 if key in keys[:served]:
-                    served = list(keys).index(key)
-                    pool.last_read_failed = True
+                    served = list(keys).index(key)  # read back nothing, as a missing object
             return served
 
         pool.get = get  # type: ignore[method-assign]
