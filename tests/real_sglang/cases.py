@@ -1,0 +1,157 @@
+"""The cases, as data: tiny scenarios replayed on real SGLang and on the simulator.
+
+A case names its page size, its SWA window (tokens), the releases it runs on, and its steps.
+A step is one request on one instance (instances share one storage backend; a new instance
+starts with an empty device). Its sequence is a list of segments `[name, pages]`: the tokens
+of segment `name`'s first `pages` pages, so two sequences that start with the same segments
+share a prefix. Faults name a step, a pool, a page of that step's sequence and a kind
+(`delete` before the hit query, `vanish` after it, `read_fail`, `write_fail`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+POOLS = ("kv", "swa", "mamba")
+
+
+def tokens_of(seq: list[list[Any]], page_size: int) -> list[int]:
+    """Token ids of a sequence: segment `name` page `j` token `t` is a distinct integer that
+    depends on the segment, the page and the token only."""
+    tokens: list[int] = []
+    for name, pages in seq:
+        base = 1 + sum(ord(c) * 31**i for i, c in enumerate(name)) % 997 * 100_000
+        for j in range(pages):
+            tokens.extend(base + j * page_size + t for t in range(page_size))
+    return tokens
+
+
+def _case(name: str, steps: list[tuple[str, list[list[Any]]]], **extra: Any) -> dict[str, Any]:
+    case: dict[str, Any] = {
+        "name": name,
+        "page_size": 4,
+        "window_tokens": 8,
+        "releases": ["0.5.23", "0.5.19"],
+        "steps": [{"instance": i, "seq": s} for i, s in steps],
+    }
+    case.update(extra)
+    return case
+
+
+A4 = [["A", 4]]
+ROUND_TRIP = [("producer", A4), ("consumer", A4)]
+HEAL = [("producer", A4), ("consumer", A4), ("third", A4)]
+"""A discard on the consumer, its backup's rewrite, and a fresh instance's retry."""
+
+
+def _fault(step: int, pool: str, page: int, kind: str) -> dict[str, Any]:
+    return {"step": step, "pool": pool, "page": page, "kind": kind}
+
+
+def _faulted(kind: str, pool: str, page: int, steps: list[Any] = ROUND_TRIP) -> dict[str, Any]:
+    what = {
+        "delete": "deleted before the query",
+        "vanish": "vanished after the query",
+        "read_fail": "read fails",
+        "write_fail": "write fails",
+    }[kind]
+    step = 0 if kind == "write_fail" else 1
+    name = f"{pool} page {page} {what}" + (" then healed" if steps is HEAL else "")
+    return _case(name, steps, faults=[_fault(step, pool, page, kind)])
+
+
+CASES: list[dict[str, Any]] = [
+    _case("round trip", ROUND_TRIP),
+    _case("round trip, one page (shorter than the window)", [("p", [["A", 1]]), ("c", [["A", 1]])]),
+    _case("round trip, two pages (one window)", [("p", [["A", 2]]), ("c", [["A", 2]])]),
+    _case("round trip, three pages", [("p", [["A", 3]]), ("c", [["A", 3]])]),
+    _case("round trip, eight pages", [("p", [["A", 8]]), ("c", [["A", 8]])]),
+    _case("round trip, window of one page", ROUND_TRIP, window_tokens=4),
+    _case("round trip, window not a page multiple", ROUND_TRIP, window_tokens=6),
+    _case("round trip, page of 8 tokens", ROUND_TRIP, page_size=8, window_tokens=16),
+    _case("same instance again: device hit", [("p", A4), ("p", A4)]),
+    *(
+        _faulted(kind, pool, page)
+        for kind in ("delete", "vanish", "read_fail", "write_fail")
+        for pool, page in (("swa", 3), ("swa", 2), ("kv", 3), ("kv", 1))
+    ),
+    _faulted("vanish", "swa", 3, HEAL),
+    _faulted("read_fail", "swa", 3, HEAL),
+    _faulted("vanish", "kv", 2, HEAL),
+    _faulted("delete", "swa", 3, HEAL),
+    _case(
+        "kv and swa of the last page deleted",
+        ROUND_TRIP,
+        faults=[_fault(1, "kv", 3, "delete"), _fault(1, "swa", 3, "delete")],
+    ),
+    _case("consumer extends the stored prefix", [("p", A4), ("c", [["A", 4], ["C", 2]])]),
+    _case("consumer branches inside the stored node", [("p", A4), ("c", [["A", 2], ["B", 2]])]),
+    _case(
+        "branch inside a node on one instance, then a fresh consumer",
+        [("p", A4), ("p", [["A", 2], ["B", 2]]), ("c", [["A", 2], ["B", 2]])],
+    ),
+    _case(
+        "two requests sharing a prefix on one instance, then a fresh consumer",
+        [("p", A4), ("p", [["A", 4], ["B", 2]]), ("c", [["A", 4], ["B", 2]])],
+    ),
+    _case(
+        "existence cache full: the first sequence's beliefs evicted, then written again",
+        [("p", A4), ("p", [["B", 4]]), ("c", A4), ("p", A4)],
+        existence_entries=4,
+    ),
+]
+
+THRESHOLD_FLOOR = (
+    "model mismatch: from 0.5.20 a buffer_only server raises the prefetch threshold to one "
+    "full SWA window (unified_cache/storage_attachment.py:resolve_prefetch_threshold), so a "
+    "one-page span is never queried; the model's floor is one page"
+)
+KV_KEEP = (
+    "model mismatch: 0.5.22 on keep the KV beliefs at the completed KV pages and heal each "
+    "aux pool by its own hit (unified_radix_cache.py:UnifiedRadixCache."
+    "_check_hybrid_prefetch_result); the model's keep_pages also cuts KV at the aux tail, so "
+    "the next backup re-offers the node's KV (the backend skips it as stored; beliefs after "
+    "agree). A heal rule keeping KV at the completed pages makes these cases agree"
+)
+NODE_GRANULARITY = (
+    "model mismatch: after a partial load the model's backup re-offers every KV page of the "
+    "node, SGLang only the pages from the loaded span's end (the backend skips the extra ones "
+    "as stored: objects, bytes stored and beliefs agree; exists/put calls and staged bytes "
+    "differ)"
+)
+BRANCH_WINDOW = (
+    "model mismatch: a branch made inside a node after the first request freed its "
+    "out-of-window SWA slots: the model writes SWA objects for the branch point's pages, "
+    "SGLang has none left to write"
+)
+_KNOWN = {
+    "round trip, one page (shorter than the window)": THRESHOLD_FLOOR,
+    **{
+        name: KV_KEEP
+        for name in (
+            "swa page 3 vanished after the query",
+            "swa page 2 vanished after the query",
+            "swa page 3 read fails",
+            "swa page 2 read fails",
+            "swa page 3 vanished after the query then healed",
+            "swa page 3 read fails then healed",
+        )
+    },
+    **{
+        name: NODE_GRANULARITY
+        for name in (
+            "kv page 3 deleted before the query",
+            "kv page 3 vanished after the query",
+            "kv page 3 read fails",
+            "kv page 3 write fails",
+            "kv page 2 vanished after the query then healed",
+            "kv and swa of the last page deleted",
+            "consumer branches inside the stored node",
+        )
+    },
+    "branch inside a node on one instance, then a fresh consumer": BRANCH_WINDOW,
+}
+for _c in CASES:
+    _c["releases"] = ["0.5.23"]  # 0.5.19 has no test kit; its fixture is not written yet
+    if _c["name"] in _KNOWN:
+        _c["simplification"] = {"0.5.23": _KNOWN[_c["name"]]}

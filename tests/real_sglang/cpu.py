@@ -1,0 +1,187 @@
+"""CPU shims for SGLang's HiCache: hardware glue only, installed by monkeypatching.
+
+SGLang's cache runs on CPU once five things that only exist on an accelerator are replaced:
+the device name, host-memory pinning, the MHA host pool's CUDA copy kernels (here plain torch
+indexing between the same per-layer tensors the kernels read), the Mamba host pool's copies
+(SGLang's own torch fallback, its NPU branch) and stream synchronisation (`torch.cpu.Stream`
+has none). Nothing here decides anything SGLang decides; no SGLang code is copied.
+
+`prepare()` runs before the first `sglang` import, `install()` after it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import inspect
+import sys
+import types
+from typing import Any
+
+ABSENT = ("torchvision",)
+"""Packages SGLang imports at top level on paths the cache never takes, and that would pull a
+multi-GB accelerator build of torch: stubbed."""
+
+
+class _Anything:
+    """A stand-in value: every attribute and call gives another stand-in."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _Anything()
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything()
+
+
+class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(
+        self, name: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name.partition(".")[0] in ABSENT:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StubModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """A stub has no code to run."""
+
+
+def prepare() -> None:
+    """Before SGLang is imported: transformers decides once, at its own import, whether
+    torchvision is installed, so it is imported first and sees none; the stub only serves
+    SGLang's imports after that."""
+    import transformers.utils.import_utils  # noqa: F401
+
+    sys.meta_path.insert(0, _AbsentFinder())
+
+
+def install() -> None:
+    """After SGLang is imported: the device, pinning, copy and stream shims."""
+    import torch
+
+    _device_cpu()
+    _no_pinning()
+    _mha_copies_as_indexing()
+    _mamba_copies_by_torch()
+    torch.cpu.Stream.synchronize = lambda self: None  # CPU work is done when it returns
+
+
+def _device_cpu() -> None:
+    from sglang.srt import utils
+
+    utils.get_device = lambda *args, **kwargs: "cpu"
+    kit = sys.modules.get("sglang.test.kits.unified_radix_cache.fixtures")
+    if kit is not None:
+        kit.get_device = utils.get_device  # type: ignore[attr-defined]
+
+
+def _no_pinning() -> None:
+    """Host pools allocate plain memory: no `cudaHostRegister`, no pinned pages."""
+    from sglang.srt.mem_cache import memory_pool_host
+
+    base = getattr(memory_pool_host, "HostKVCache", None)
+    try:
+        from sglang.srt.mem_cache.pool_host import base as pool_host_base
+
+        base = pool_host_base.HostKVCache
+    except ImportError:
+        pass
+    assert base is not None
+    original = base.__init__
+    signature = inspect.signature(original)
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["pin_memory"] = False
+        original(*bound.args, **bound.kwargs)
+
+    base.__init__ = init
+
+
+def _mha_host_class() -> Any:
+    try:
+        from sglang.srt.mem_cache.pool_host import mha
+
+        return mha.MHATokenToKVPoolHost
+    except ImportError:
+        from sglang.srt.mem_cache import memory_pool_host
+
+        return memory_pool_host.MHATokenToKVPoolHost
+
+
+def _mha_copies_as_indexing() -> None:
+    """The host pool's per-layer views and the device pool's per-layer buffers are the tensors
+    the CUDA kernels copy between; on CPU the same copy is an indexed assignment."""
+    host = _mha_host_class()
+
+    def host_layers(pool: Any) -> tuple[list[Any], list[Any]]:
+        if getattr(pool, "k_data_refs", None):
+            return pool.k_data_refs, pool.v_data_refs
+        if pool.layout == "page_first":
+            return (
+                [pool.k_buffer[:, i] for i in range(pool.layer_num)],
+                [pool.v_buffer[:, i] for i in range(pool.layer_num)],
+            )
+        return (
+            [pool.k_buffer[i] for i in range(pool.layer_num)],
+            [pool.v_buffer[i] for i in range(pool.layer_num)],
+        )
+
+    def device_layers(pool: Any, device_pool: Any) -> tuple[list[Any], list[Any]]:
+        if getattr(pool, "device_k_buffers", None) is not None:
+            return pool.device_k_buffers, pool.device_v_buffers
+        return device_pool.k_buffer, device_pool.v_buffer
+
+    def backup(
+        self: Any, device_pool: Any, host_indices: Any, device_indices: Any, io_backend: Any
+    ) -> None:
+        host_k, host_v = host_layers(self)
+        device_k, device_v = device_layers(self, device_pool)
+        for layer in range(self.layer_num):
+            host_k[layer][host_indices] = device_k[layer][device_indices]
+            host_v[layer][host_indices] = device_v[layer][device_indices]
+
+    def load(
+        self: Any,
+        device_pool: Any,
+        host_indices: Any,
+        device_indices: Any,
+        layer_id: int,
+        io_backend: Any,
+        *,
+        is_draft: bool = False,
+    ) -> None:
+        layers = getattr(self, "target_layer_num", self.layer_num)
+        if not is_draft and not 0 <= layer_id < layers:
+            return
+        host_k, host_v = host_layers(self)
+        device_k, device_v = device_layers(self, device_pool)
+        device_k[layer_id][device_indices] = host_k[layer_id][host_indices]
+        device_v[layer_id][device_indices] = host_v[layer_id][host_indices]
+
+    host.backup_from_device_all_layer = backup
+    host.load_to_device_per_layer = load
+
+
+def _mamba_copies_by_torch() -> None:
+    """Mamba's host pool copies down SGLang's own torch branch (the one NPU takes)."""
+    for name in ("sglang.srt.mem_cache.pool_host.mamba", "sglang.srt.mem_cache.memory_pool_host"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "_is_npu"):
+            module._is_npu = True  # type: ignore[attr-defined]
