@@ -148,9 +148,9 @@ class Scenario(Strict):
         pools = self.model.pools
         if self.warmup_s >= self.duration_s:
             raise KeyedError("warmup_s", "must be smaller than duration_s")
-        era = SGLANG_RELEASES.get(self.server.sglang or "")
-        if era is not None:
-            for key, message in refusals(era, pools, self.host.mode):
+        release = SGLANG_RELEASES.get(self.server.sglang or "")
+        if release is not None:
+            for key, message in refusals(release, pools, self.host.mode):
                 raise KeyedError(key, message)
         if "mamba" in pools and self.host.mem_layout == "layer_first":
             raise KeyedError(

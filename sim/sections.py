@@ -208,10 +208,10 @@ class ExistenceCacheSpec(Strict):
 class RetrySpec(Strict):
     max_attempts: Attempts = 8
     """Re-issues a still-queued request may make after a missed prefetch (SGLang's
-    --hicache-storage-prefetch-retry-max-attempts, 8 since v0.5.20); 0 turns retries off."""
+    --hicache-storage-prefetch-retry-max-attempts, 8 since 0.5.20); 0 turns retries off."""
     interval_passes: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] = 8
     """Scheduler passes a marked request waits before its re-issue (SGLang's
-    --hicache-storage-prefetch-retry-poll-interval, 8 since v0.5.20); 0 turns retries off."""
+    --hicache-storage-prefetch-retry-poll-interval, 8 since 0.5.20); 0 turns retries off."""
     interval_s: Annotated[float, Field(strict=True, ge=0.0, le=1e9)] | None = None
     """Pace re-issues in seconds instead of passes (the simulator's earlier model; 0 turns
     retries off, anything else is at least a millisecond)."""
@@ -371,7 +371,7 @@ class SweepSpec(Strict):
     seeds: PositiveInt = 1
     variants: dict[VariantLabel, dict[str, Any]] = Field(default_factory=dict)
     """Labelled sets of keys, one axis of the sweep (its column is `variant`): rows that differ
-    in several keys at once, such as deployments (`pr36386-file: {server.sglang: pr36386,
+    in several keys at once, such as deployments (`0.5.19-file: {server.sglang: 0.5.19,
     storage.backend: file}`), crossed with the grid."""
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
     target: (

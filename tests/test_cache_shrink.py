@@ -1,8 +1,8 @@
 """Cache mode's allocation shrink (SGLang's `_try_alloc_storage_hit`): a storage hit the host
 cannot stage whole, even after evicting host copies, shrinks to what fits when that still meets
-the threshold. Shrunk to a page (through v0.5.20) the aux tails are asked at an endpoint
-storage need not hold, and the hybrid check discards; shrunk to a restorable endpoint (the
-newest code) it loads."""
+the threshold. Shrunk to a page (every release through 0.5.23) the aux tails are asked at an
+endpoint storage need not hold, and the hybrid check discards; shrunk to a restorable endpoint
+(a what-if, `prefetch.shrink: restorable`) it loads."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ _RETRIES_ON = {
     "prefetch.retry.interval_passes": 8,
     "prefetch.retry.head_exempt": True,
 }
-ERA_VALUES: dict[str, dict[str, Any]] = {
+RELEASE_VALUES: dict[str, dict[str, Any]] = {
     "0.5.18": {
         **_SHARED,
         "heal": "none",
@@ -92,8 +92,8 @@ ERA_VALUES: dict[str, dict[str, Any]] = {
         for version, heals in (("0.5.22", True), ("0.5.23", False))
     },
 }
-ERA_VALUES["pr36386"] = ERA_VALUES["0.5.19"]
-ERA_VALUES["latest"] = ERA_VALUES["0.5.23"]
+RELEASE_VALUES["pr36386"] = RELEASE_VALUES["0.5.19"]
+RELEASE_VALUES["latest"] = RELEASE_VALUES["0.5.23"]
 BACKEND_VALUES: dict[str, dict[str, Any]] = {
     "file": {
         "storage.hit_query": "intersect",
@@ -160,7 +160,10 @@ def deployment_doc(**keys: Any) -> dict[str, Any]:
 
 
 PROFILES = [
-    *(("server.sglang", "sglang", era, SGLANG_RELEASES, ERA_VALUES) for era in sorted(ERA_VALUES)),
+    *(
+        ("server.sglang", "sglang", name, SGLANG_RELEASES, RELEASE_VALUES)
+        for name in sorted(RELEASE_VALUES)
+    ),
     *(
         ("storage.backend", "backend", name, STORAGE_BACKENDS, BACKEND_VALUES)
         for name in sorted(BACKEND_VALUES)
@@ -329,7 +332,7 @@ def test_chunk_and_memory_fraction_follow_sglangs_rule(
     assert scenario.sources["compute.chunk_tokens"].startswith("derived:")
 
 
-def test_the_32gb_tier_moved_between_eras() -> None:
+def test_the_32gb_tier_moved_between_releases() -> None:
     """0.5.20 raised GPUs of 20-35 GiB from 2048 to 4096 tokens a chunk."""
 
     def chunk(era: str) -> int | None:
@@ -351,7 +354,7 @@ def test_device_pools_are_memory_minus_weights_split_as_sglang_splits_them() -> 
     kv_tokens = int(pools_bytes // full_cell) // 64 * 64
     assert scenario.device.kv_pages == kv_tokens // 64 == 16454
     assert scenario.device.swa_pages == int(kv_tokens * 0.8) // 64
-    # the host pool: 2 x the device's tokens in cache mode (no era: buffer_only, 1.2 x)
+    # the host pool: 2 x the device's tokens in cache mode (no release: buffer_only, 1.2 x)
     assert scenario.host.pages == int(16454 * 64 * 1.2) // 64 + 1
     cache = build_scenario(deployment_doc(**{"host.mode": "cache"}))
     assert cache.host.pages == 16454 * 2 + 1

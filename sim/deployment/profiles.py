@@ -137,7 +137,7 @@ def unknown_release_message(name: str) -> str:
     return f"{head}; choose one of {known}{hint}"
 
 
-def era_of(doc: dict[str, Any]) -> SGLangRelease | None:
+def release_of(doc: dict[str, Any]) -> SGLangRelease | None:
     """The release a raw document names (None for none, `custom` or an unknown name)."""
     return _named(SGLANG_RELEASES, doc, "server", "sglang")
 

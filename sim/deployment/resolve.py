@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.deployment.hardware import GPUS, read_calibration
-from sim.deployment.profiles import ChunkTier, backend_of, era_of
+from sim.deployment.profiles import ChunkTier, backend_of, release_of
 from sim.deployment.releases import TIERS_SINCE_0_5_20
 from sim.deployment.sizing import (
     NoRoomForPools,
@@ -105,15 +105,15 @@ class Layered:
 
 
 def layer_profiles(written: dict[str, Any]) -> Layered:
-    """The era, backend and hardware layers under what the document writes."""
+    """The release, backend and hardware layers under what the document writes."""
     sources = Sources({key: USER for key in leaves(written)})
     problems: list[tuple[str, str]] = []
     layers: list[tuple[str, dict[str, Any]]] = []
-    era, backend = era_of(written), backend_of(written)
-    if era is not None:
-        layers.append((era.label, {s.key: s.value for s in era.settings}))
+    release, backend = release_of(written), backend_of(written)
+    if release is not None:
+        layers.append((release.label, {s.key: s.value for s in release.settings}))
     if backend is not None:
-        layers.append((backend.label, {s.key: s.value for s in backend.settings_for(era)}))
+        layers.append((backend.label, {s.key: s.value for s in backend.settings_for(release)}))
     hardware = _hardware_layer(written, problems)
     if hardware is not None:
         layers.append(hardware)
@@ -174,9 +174,9 @@ class Derivation:
     ) -> None:
         self.doc, self.model, self.sources, self.default = doc, model, sources, default
         self.refusal = refusal
-        self.era = era_of(doc)
+        self.release = release_of(doc)
         self.tiers: tuple[ChunkTier, ...] = (
-            TIERS_SINCE_0_5_20 if self.era is None else self.era.memory_tiers
+            TIERS_SINCE_0_5_20 if self.release is None else self.release.memory_tiers
         )
 
     def value(self, key: str) -> Any:
@@ -192,11 +192,11 @@ class Derivation:
         self.adjust_host_layout()
         memory = self.value("hardware.memory_mib")
         if _number(memory) and not has(self.doc, "compute.chunk_tokens"):
-            era = "SGLang" if self.era is None else f"SGLang {self.era.name}"
+            server = "SGLang" if self.release is None else f"SGLang {self.release.name}"
             self.fill(
                 "compute.chunk_tokens",
                 default_chunk_tokens(self.tiers, memory),
-                f"{era}'s chunked-prefill default for {memory:,} MiB",
+                f"{server}'s chunked-prefill default for {memory:,} MiB",
             )
         self.host_link()
         problems: list[KeyedError] = []

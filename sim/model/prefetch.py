@@ -67,7 +67,7 @@ def wait_complete(op: PrefetchOp, budget: PrefetchTimeout) -> float:
 @dataclass(frozen=True)
 class RetryBudget:
     """Re-issues of a missed prefetch for a request still queued (SGLang's
-    StoragePrefetchRetries, on by default since v0.5.20: 8 attempts, polled every 8 passes).
+    StoragePrefetchRetries, on by default since 0.5.20: 8 attempts, polled every 8 passes).
     `interval_s` paces them in seconds instead of passes (None: passes)."""
 
     max_attempts: int

@@ -2,7 +2,7 @@
 
 A report is read by someone who did not write the scenario: before any number they need the
 model (and what a token of each pool weighs), the trace or workload, the servers and their GPU,
-the SGLang era and storage backend, and every pool's size in pages, tokens and bytes. The card
+the SGLang release and storage backend, and every pool's size in pages, tokens and bytes. The card
 is computed from a resolved configuration (`config.resolved.yaml`), so it says what ran, after
 presets, profiles and derived sizes, never what the scenario file happened to spell out.
 """

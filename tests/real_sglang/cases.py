@@ -106,13 +106,6 @@ THRESHOLD_FLOOR = (
     "full SWA window (unified_cache/storage_attachment.py:resolve_prefetch_threshold), so a "
     "one-page span is never queried; the model's floor is one page"
 )
-KV_KEEP = (
-    "model mismatch: 0.5.22 on keep the KV beliefs at the completed KV pages and heal each "
-    "aux pool by its own hit (unified_radix_cache.py:UnifiedRadixCache."
-    "_check_hybrid_prefetch_result); the model's keep_pages also cuts KV at the aux tail, so "
-    "the next backup re-offers the node's KV (the backend skips it as stored; beliefs after "
-    "agree). A heal rule keeping KV at the completed pages makes these cases agree"
-)
 NODE_GRANULARITY = (
     "model mismatch: after a partial load the model's backup re-offers every KV page of the "
     "node, SGLang only the pages from the loaded span's end (the backend skips the extra ones "
@@ -126,17 +119,6 @@ BRANCH_WINDOW = (
 )
 _KNOWN = {
     "round trip, one page (shorter than the window)": THRESHOLD_FLOOR,
-    **{
-        name: KV_KEEP
-        for name in (
-            "swa page 3 vanished after the query",
-            "swa page 2 vanished after the query",
-            "swa page 3 read fails",
-            "swa page 2 read fails",
-            "swa page 3 vanished after the query then healed",
-            "swa page 3 read fails then healed",
-        )
-    },
     **{
         name: NODE_GRANULARITY
         for name in (
