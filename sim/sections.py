@@ -254,11 +254,11 @@ class PrefetchSpec(Strict):
     through 0.5.23), to the largest endpoint every aux pool can restore (`restorable`, a
     what-if read from unreleased code), or not at all (`none`, the simulator's earlier model:
     declined)."""
-    short_span_aux: Literal["own_pages", "none"] = "own_pages"
+    short_span_aux: Literal["own_pages", "none"] = "none"
     """buffer_only mode: what a span that starts mid-tree and is shorter than an aux pool's tail
     (an SWA window) asks that pool for: its own pages, the device prefix holding the rest of
     the window (`own_pages`, SGLang 0.5.19), or nothing, which fails the hybrid check
-    (`none`, 0.5.20 on, and every release in cache mode)."""
+    (`none`, 0.5.20 on, and every release in cache mode; the default)."""
     heal_after_deadline: bool = True
     """Does a prefetch the `timeout` policy stopped still heal existence beliefs from what it
     was told and read? `true`: SGLang 0.5.19-0.5.22 (the hit-query heal and the discard heal

@@ -230,6 +230,43 @@ def test_a_scenario_without_profiles_is_unchanged_by_them() -> None:
     assert plain.server.sglang is None and plain.hardware.memory_mib is None
 
 
+def _flat(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+@pytest.mark.parametrize(
+    ("backend", "differs"), [("hf3fs", {}), ("file", {"storage.failed_read": ("keep", "halt")})]
+)
+def test_the_schema_defaults_are_a_real_deployment(backend: str, differs: dict[str, Any]) -> None:
+    """A scenario naming no release runs SGLang 0.5.21 behind hf3fs in buffer_only mode, value
+    for value (and the file backend's, but for what a failed read does)."""
+    plain = _flat(build_scenario(make_doc()).model_dump())
+    named = _flat(
+        build_scenario(
+            make_doc(
+                **{
+                    "server.sglang": "0.5.21",
+                    "storage.backend": backend,
+                    "host.mode": "buffer_only",
+                }
+            )
+        ).model_dump()
+    )
+    found = {
+        key: (plain.get(key), named.get(key))
+        for key in plain.keys() | named.keys()
+        if plain.get(key) != named.get(key)
+        and key not in ("server.sglang", "storage.backend")
+    }
+    assert found == differs
+
+
 def test_releases_before_0_5_22_refuse_mamba_in_buffer_only_mode(tmp_path: Path) -> None:
     doc = deployment_doc(
         **{

@@ -53,3 +53,15 @@ def test_every_shipped_scenario_says_what_it_models() -> None:
         assert lines and all(line.startswith("#") for line in lines), path
         head = " ".join(line.lstrip("# ") for line in lines).lower()
         assert "real configuration" in head or "what-if" in head, path
+
+
+def test_a_real_configuration_with_a_mamba_pool_in_buffer_only_mode_names_its_release() -> None:
+    """The schema's defaults are SGLang 0.5.21's, which refuses a Mamba pool in buffer_only
+    mode: a shipped scenario that says it models a real server with one must name a release
+    that serves it (0.5.22 on), whose refusals the scenario check then applies."""
+    for path in SCENARIOS:
+        scenario = load_scenario(path)
+        head = path.read_text().split("\nname:")[0].lower()
+        real = "real configuration" in head and "what-if" not in head
+        if real and "mamba" in scenario.model.pools and scenario.host.mode == "buffer_only":
+            assert scenario.server.sglang in ("0.5.22", "0.5.23", "latest"), path
