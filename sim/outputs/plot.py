@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps, rc_context
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.text import Text
-from matplotlib.ticker import NullFormatter, ScalarFormatter
+from matplotlib.ticker import LogFormatter, NullFormatter, ScalarFormatter
 
 from sim.outputs.files import read_table, replace_file
 from sim.results.layout import COMPARISON, Kind, detect
@@ -420,13 +420,31 @@ def _save(fig: Figure, directory: Path, stem: str) -> list[Path]:
     """Every text drawn as it is written: labels come from scenario names, variant labels and
     swept keys, and matplotlib would read a `$...$` in them as mathtext (which raises on an
     unknown command)."""
+    ticks = {id(label) for label in _tick_labels(fig)}
     for text in fig.findobj(Text):
-        text.set_parse_math(False)
-    with rc_context({"text.parse_math": False}):
-        return [
-            replace_file(directory / f"{stem}.{kind}", partial(fig.savefig, dpi=110, format=kind))
-            for kind in ("png", "svg")
-        ]
+        if id(text) not in ticks:
+            text.set_parse_math(False)
+    return [
+        replace_file(directory / f"{stem}.{kind}", partial(fig.savefig, dpi=110, format=kind))
+        for kind in ("png", "svg")
+    ]
+
+
+def _tick_labels(fig: Figure) -> list[Text]:
+    """The tick labels the axes' number formatters write, as mathtext on a log axis
+    (`$\\mathdefault{10^{3}}$`), which must stay parsed to read as numbers; labels set from
+    names (a fixed or category formatter) are drawn as written like every other text."""
+    labels: list[Text] = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for ticks, formatter in (
+                (axis.get_major_ticks(), axis.get_major_formatter()),
+                (axis.get_minor_ticks(), axis.get_minor_formatter()),
+            ):
+                if isinstance(formatter, ScalarFormatter | LogFormatter):
+                    labels += [label for tick in ticks for label in (tick.label1, tick.label2)]
+            labels.append(axis.get_offset_text())
+    return labels
 
 
 def _short(value: float) -> str:
