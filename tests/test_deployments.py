@@ -261,8 +261,7 @@ def test_the_schema_defaults_are_a_real_deployment(backend: str, differs: dict[s
     found = {
         key: (plain.get(key), named.get(key))
         for key in plain.keys() | named.keys()
-        if plain.get(key) != named.get(key)
-        and key not in ("server.sglang", "storage.backend")
+        if plain.get(key) != named.get(key) and key not in ("server.sglang", "storage.backend")
     }
     assert found == differs
 
