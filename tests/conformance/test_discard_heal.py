@@ -34,6 +34,7 @@ from sim.model.prefetch import (
     plan_aux_transfers,
 )
 from tests.conformance import releases
+from tests.conformance.profiles import heal_after_deadline, profile
 from tests.conformance.tally import agree
 from tests.model_helpers import make_storage, make_tree
 
@@ -42,14 +43,11 @@ PAGE = 4
 WITH_BELIEFS = [r for r in releases.RELEASES if releases.module(r, "buffer_mode") is not None]
 LAYOUTS = (("kv", "swa"), ("kv", "mamba"), ("kv", "swa", "mamba"))
 
-MODEL_SETTINGS = {
-    "0.5.19": ("kv", "keep_pages", True),
-    "0.5.20": ("kv", "keep_pages", True),
-    "0.5.21": ("kv", "keep_pages", True),
-    "0.5.22": ("per_pool", "per_pool", True),
-    "0.5.23": ("per_pool", "per_pool", False),
-}
-"""Per release: existence_cache.beliefs, heal, prefetch.heal_after_deadline."""
+
+def model_settings(release: str) -> tuple[str, str, bool]:
+    """The release profile's existence_cache.beliefs, heal and prefetch.heal_after_deadline."""
+    values = profile(release)
+    return values["existence_cache.beliefs"], values["heal"], heal_after_deadline(release)
 
 
 def _case(rng: random.Random) -> dict[str, Any]:
@@ -98,7 +96,7 @@ def _discarded(op: PrefetchOp) -> bool:
 
 
 def _ours(release: str, case: dict[str, Any], op: PrefetchOp) -> dict[str, list[int]]:
-    beliefs, heal, after_deadline = MODEL_SETTINGS[release]
+    beliefs, heal, after_deadline = model_settings(release)
     per_pool = beliefs == "per_pool"
     storage = make_storage({p: [] for p in case["pools"]}, case["window_pages"])
     aux_beliefs = {p: ExistenceCache(100) for p in case["pools"] if p != KV and per_pool}

@@ -10,9 +10,9 @@ query reads. The object names are written out here from the naming each backend 
 change of naming shows up as a disagreement too.
 
 Each case compares, for one release and backend, the pages the query reports with the model
-fold that release's backend uses (`FOLD`), and each pool's heal cut (the pool's own boundary
-the query reports; the folded cut for a pool it leaves out, as the per-pool beliefs heal) with
-the model's `Storage.boundaries`.
+fold the backend's profile gives in that release (`fold`), and each pool's heal cut (the pool's
+own boundary the query reports; the folded cut for a pool it leaves out, as the per-pool
+beliefs heal) with the model's `Storage.boundaries`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import pytest
 from sim.model.heals import query_cuts
 from sim.model.storage import HIT_QUERIES
 from tests.conformance import releases
+from tests.conformance.profiles import profile
 from tests.conformance.tally import agree
 from tests.model_helpers import make_storage
 
@@ -45,14 +46,8 @@ MODEL_NAME = "org/model"
 
 
 def fold(release: str, backend: str) -> str:
-    """The model fold each release's backend answers with (read from its `batch_exists_v2`):
-    the file backend intersects the pools' restorable endpoints from 0.5.23, Mooncake from
-    0.5.19; hf3fs and nixl take the minimum of the pools' boundaries in every release."""
-    if backend == "file":
-        return "intersect" if release >= "0.5.23" else "min_of_pools"
-    if backend == "mooncake":
-        return "min_of_pools" if release == "0.5.18" else "intersect"
-    return "min_of_pools"
+    """The model fold the backend's profile gives in that release (`storage.hit_query`)."""
+    return str(profile(release, backend)["storage.hit_query"])
 
 
 class _Unset:

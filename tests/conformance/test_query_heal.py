@@ -29,6 +29,7 @@ from sim.model.loops import LoopTracker
 from sim.model.pools import KV
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from tests.conformance import releases
+from tests.conformance.profiles import heal_after_deadline, profile
 from tests.conformance.tally import agree
 from tests.model_helpers import make_storage, make_tree
 
@@ -37,15 +38,16 @@ PAGE = 4
 WITH_BELIEFS = [r for r in releases.RELEASES if releases.module(r, "buffer_mode") is not None]
 LAYOUTS = (("kv", "swa"), ("kv", "mamba"), ("kv", "swa", "mamba"))
 
-MODEL_SETTINGS = {
-    "0.5.19": ("kv", "min_of_pools", True),
-    "0.5.20": ("kv", "min_of_pools", True),
-    "0.5.21": ("kv", "min_of_pools", True),
-    "0.5.22": ("per_pool", "min_of_pools", True),
-    "0.5.23": ("per_pool", "intersect", False),
-}
-"""Per release: existence_cache.beliefs, the file backend's storage.hit_query,
-prefetch.heal_after_deadline."""
+
+def model_settings(release: str) -> tuple[str, str, bool]:
+    """The release profile's existence_cache.beliefs, the file backend's storage.hit_query in
+    that release, and prefetch.heal_after_deadline."""
+    values = profile(release, "file")
+    return (
+        values["existence_cache.beliefs"],
+        values["storage.hit_query"],
+        heal_after_deadline(release),
+    )
 
 
 def _case(rng: random.Random) -> dict[str, Any]:
@@ -65,7 +67,7 @@ def _case(rng: random.Random) -> dict[str, Any]:
 
 
 def _ours(release: str, case: dict[str, Any]) -> dict[str, list[int]]:
-    beliefs, hit_query, after_deadline = MODEL_SETTINGS[release]
+    beliefs, hit_query, after_deadline = model_settings(release)
     storage = make_storage(case["stored"], case["window_pages"])
     per_pool = beliefs == "per_pool"
     aux_beliefs = {p: ExistenceCache(100) for p in case["pools"] if p != KV and per_pool}

@@ -27,6 +27,7 @@ import pytest
 
 from sim.model.retries import PrefetchRetries
 from tests.conformance import releases
+from tests.conformance.profiles import profile
 from tests.conformance.tally import agree
 
 CASES = 300
@@ -185,11 +186,12 @@ class _Ours:
     `Server._reissue`)."""
 
     def __init__(self, release: str, max_attempts: int, interval: int) -> None:
+        values = profile(release)
         self.retries = PrefetchRetries(
             max_attempts,
             interval,
-            head_exempt=release != "0.5.19",
-            deadline_cancels=release == "0.5.23",
+            head_exempt=values["prefetch.retry.head_exempt"],
+            deadline_cancels=values["prefetch.retry.deadline_cancels"],
         )
         self.waiting: list[int] = []
         self.spent: dict[int, int] = {}
