@@ -28,13 +28,12 @@ from sim.capacity import check_target, interval_meets
 from sim.documents import overlapping, parse_override
 from sim.outputs.files import replace_file
 from sim.results.directories import MARKER, MARKER_TEXT, StudyKind, check_study_out
-from sim.results.layout import TASKS
+from sim.results.layout import PLAN, TASKS
 from sim.scenario import Scenario, ScenarioError, SweepSpec, build_scenario, point_document
 from sim.stats import confidence
 from sim.sweep import Task, compute, plan
 from sim.units import parse_quantity
 
-PLAN = "plan.json"
 EVALUATIONS = "evaluations.csv"
 FRONTIER = "frontier.csv"
 HOURS_PER_MONTH = 730.0

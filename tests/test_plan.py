@@ -135,6 +135,10 @@ def test_cli_writes_the_answer_frontier_plot_and_page_and_a_rerun_reuses(work: P
     stamps = [(out / "tasks" / name).stat().st_mtime_ns for name in tasks]
     ok(invoke(*args))  # the same plan again: every run reused
     assert [(out / "tasks" / name).stat().st_mtime_ns for name in tasks] == stamps
+    for command in ("report", "plot"):
+        told = invoke(command, "out")
+        assert told.exit_code == 2 and "a plan directory" in told.output, told.output
+        assert "run the same plan command again" in told.output
 
 
 def test_prices_do_not_change_the_runs(work: Path) -> None:

@@ -25,6 +25,8 @@ TASKS = "tasks"
 """A sweep's and a capacity search's folder of finished runs, one JSON file each."""
 CAPACITY = "capacity.json"
 EVALUATIONS = "evaluations.csv"
+PLAN = "plan.json"
+"""A plan's answer: the plan command draws and reports its own directory."""
 
 
 class Kind(StrEnum):
@@ -49,5 +51,13 @@ def detect(directory: Path) -> Kind:
     for kind, marker in MARKERS:
         if (directory / marker).is_file():
             return kind
+    if (directory / PLAN).is_file():
+        raise ScenarioError(
+            str(directory),
+            None,
+            "a plan directory: `hicache-sim plan` wrote its report.html and frontier.png here "
+            "when it finished; run the same plan command again to redraw them (it reuses the "
+            "finished runs)",
+        )
     expected = ", ".join(f"{marker} ({kind})" for kind, marker in MARKERS)
     raise ScenarioError(str(directory), None, f"not a result directory: none of {expected}")
