@@ -26,7 +26,10 @@ from sim.routing import DEFAULT_ROUTER, ROUTERS, RouterSpec
 from sim.spec import (
     MIN_INTERVAL_S,
     Attempts,
+    CopyOverheadUs,
     Gbps,
+    GpuMemoryMib,
+    HostLinkGbps,
     KeyedError,
     NonNegFloat,
     NonNegInt,
@@ -332,14 +335,14 @@ class HardwareSpec(Strict):
     calibration: str | None = None
     """A file written by `hicache-sim calibrate`: its measured values become the defaults of
     the values below (instead of `gpu`'s)."""
-    memory_mib: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = None
+    memory_mib: GpuMemoryMib | None = None
     """GPU memory as nvidia-smi reports it: picks SGLang's chunk size and memory fraction and,
     with a model preset, sizes the device pools."""
-    kernel_gbps: Annotated[float, Field(strict=True, ge=1e-3, le=1e4)] | None = None
+    kernel_gbps: HostLinkGbps | None = None
     """Host-to-device rate of a kernel reading host memory (`kernel` io)."""
-    bulk_gbps: Annotated[float, Field(strict=True, ge=1e-3, le=1e4)] | None = None
+    bulk_gbps: HostLinkGbps | None = None
     """Host-to-device rate of large copies (`direct` io)."""
-    copy_overhead_us: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] | None = None
+    copy_overhead_us: CopyOverheadUs | None = None
     """Cost of one copy beyond its bytes (`direct` io)."""
 
 

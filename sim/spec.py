@@ -78,6 +78,12 @@ IntervalS = Annotated[float, Field(strict=True, ge=MIN_INTERVAL_S, le=1e9)]
 in a run (a 1e-300 s poll would never let simulated time advance)."""
 Gbps = Annotated[float, Field(strict=True, ge=1e-3, le=1e6)]
 """A bandwidth in GB/s: from 1 MB/s (below it a page takes minutes to move) to 1 PB/s."""
+GpuMemoryMib = Annotated[int, Field(strict=True, ge=1, le=2**24)]
+"""A GPU's memory in MiB, as nvidia-smi reports it (at most 16 TiB)."""
+HostLinkGbps = Annotated[float, Field(strict=True, ge=1e-3, le=1e4)]
+"""A host-to-device rate in GB/s, from 1 MB/s to 10 TB/s."""
+CopyOverheadUs = Annotated[float, Field(strict=True, ge=0.0, le=1e6)]
+"""The cost of one host copy beyond its bytes, in microseconds (at most a second)."""
 MAX_ATTEMPTS = 1000
 Attempts = Annotated[int, Field(strict=True, ge=0, le=MAX_ATTEMPTS)]
 """Re-issues per request: each is an event, so the count is bounded (SGLang's default is 8)."""

@@ -542,6 +542,26 @@ def test_a_calibration_file_is_found_beside_the_scenario(tmp_path: Path) -> None
     assert "memory_mib" in err.value.message
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("kernel_gbps", 1e5), ("bulk_gbps", 0.0001), ("memory_mib", 2**25), ("copy_overhead_us", 2e6)],
+)
+def test_an_out_of_range_calibration_value_names_the_file_and_its_key(
+    tmp_path: Path, key: str, value: float
+) -> None:
+    """Within the calibration file's own types but outside what the scenario takes: the error
+    names the calibration file and its key, not the scenario's `hardware.*` key."""
+    values = {"gpu": "test", "memory_mib": 81559, "kernel_gbps": 40, "bulk_gbps": 44}
+    values |= {"copy_overhead_us": 5, key: value}
+    (tmp_path / "gpu.yaml").write_text(yaml.safe_dump(values))
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(deployment_doc(**{"hardware": {"calibration": "gpu.yaml"}})))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert err.value.key == "hardware.calibration"
+    assert "gpu.yaml" in err.value.message and key in err.value.message
+
+
 # ---------------------------------------------------------------------- sweeps
 
 

@@ -22,7 +22,15 @@ from pydantic import Field, ValidationError
 
 from sim.documents import read_document
 from sim.registry import Registry
-from sim.spec import NonNegFloat, PositiveFloat, PositiveInt, ScenarioError, Strict
+from sim.spec import (
+    CopyOverheadUs,
+    GpuMemoryMib,
+    HostLinkGbps,
+    PositiveFloat,
+    PositiveInt,
+    ScenarioError,
+    Strict,
+)
 
 HARDWARE_KEYS = ("memory_mib", "kernel_gbps", "bulk_gbps", "copy_overhead_us")
 """The `hardware:` values a GPU profile or a calibration file supplies."""
@@ -166,10 +174,10 @@ class Calibration(Strict):
 
     gpu: str
     """The device's name as CUDA reports it."""
-    memory_mib: PositiveInt
-    kernel_gbps: PositiveFloat
-    bulk_gbps: PositiveFloat
-    copy_overhead_us: NonNegFloat
+    memory_mib: GpuMemoryMib
+    kernel_gbps: HostLinkGbps
+    bulk_gbps: HostLinkGbps
+    copy_overhead_us: CopyOverheadUs
     measured: str = ""
     """When, and with which torch and CUDA."""
     samples: list[LinkSample] = Field(default_factory=list)
