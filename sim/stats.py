@@ -12,6 +12,7 @@ the counts over seeds would hide that variation."""
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Iterable
 
 import numpy as np
@@ -66,7 +67,24 @@ def parse_target(text: str) -> tuple[str, str, float]:
             f"l3_loaded_rate>=23%); {metric} is not one, so give its value in its own unit, or "
             f"a share of a reference point with capacity's {metric}{op}95%@unbounded"
         )
+    _check_reachable(text, metric, op, bound)
     return metric, op, bound
+
+
+def _check_reachable(text: str, metric: str, op: str, bound: float) -> None:
+    """A bound outside the metric's range is met by every run or by none, so the search would
+    answer nothing useful: refuse it before the first run (a rate above 1 is likely a
+    percentage written without its sign)."""
+    low, high = metric_range(metric)
+    if low <= bound <= high:
+        return
+    hint = ""
+    if high == 1.0 and 1.0 < bound <= 100.0:
+        hint = f"; for {bound:g} % write {metric}{op}{bound:g}% or {metric}{op}{bound / 100:g}"
+    raise ValueError(
+        f"{text!r}: {metric} lies between {low:g} and {high:g}, so a bound of {bound:g} is "
+        f"{'never' if (op == '>=') == (bound > high) else 'always'} met{hint}"
+    )
 
 
 def parse_relative(text: str) -> tuple[str, str, float, str] | None:
@@ -96,6 +114,13 @@ def _parse(text: str) -> tuple[str, str, float, bool]:
             try:
                 bound = float(raw.removesuffix("%")) / (100 if percent else 1)
             except ValueError:
+                number = raw.rstrip(string.ascii_letters).strip()
+                if number and number != raw and _is_float(number):
+                    raise ValueError(
+                        f"the bound {raw!r} in {text!r} carries a unit ({raw[len(number) :]!r}): "
+                        f"targets take the summary key's own unit, so write the number alone "
+                        f"({metric.strip()}{op}{number})"
+                    ) from None
                 break
             if not math.isfinite(bound):
                 raise ValueError(
@@ -108,3 +133,11 @@ def _parse(text: str) -> tuple[str, str, float, bool]:
         "percentage, l3_loaded_rate>=23%; capacity also takes a share of a reference point, "
         "l3_loaded_rate>=95%@unbounded)"
     )
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

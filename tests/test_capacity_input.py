@@ -122,6 +122,13 @@ REFUSED = [
         ["--tolerance", "-0.01 is not a positive number"],
     ),
     (CAP, TARGET, ["--values", "0.1,0.2", "--tolerance", "0.1"], ["--tolerance", "--range"]),
+    (
+        CAP,
+        "l3_loaded_rate>=95",
+        ["--values", "0.1"],
+        ["--target", "between 0 and 1", "never met", "l3_loaded_rate>=95%"],
+    ),
+    (CAP, "ttft_p99_s<=2s", ["--values", "0.1"], ["--target", "carries a unit", "ttft_p99_s<=2"]),
 ]
 
 

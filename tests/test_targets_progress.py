@@ -27,6 +27,18 @@ def test_a_rate_bound_may_be_a_percentage() -> None:
         parse_target("l3_loaded_rate>=95%@unbounded")
 
 
+def test_a_bound_no_run_can_miss_or_meet_is_refused_before_the_search() -> None:
+    """A rate above 1 (a percentage without its sign), or an amount below 0: every run meets
+    it or none does, so the search would answer nothing."""
+    with pytest.raises(ValueError, match=r"never met; for 95 % write l3_loaded_rate>=95%"):
+        parse_target("l3_loaded_rate>=95")
+    with pytest.raises(ValueError, match="always met"):
+        parse_target("prefetch_discarded>=-1")
+    assert parse_target("ttft_p99_s>=0") == ("ttft_p99_s", ">=", 0.0)
+    with pytest.raises(ValueError, match=r"carries a unit \('s'\).*\(ttft_p99_s<=2\)"):
+        parse_target("ttft_p99_s<=2s")
+
+
 def test_a_relative_target_names_its_share_and_reference() -> None:
     assert parse_relative("l3_loaded_rate>=95%@unbounded") == (
         "l3_loaded_rate",
