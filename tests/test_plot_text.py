@@ -8,7 +8,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from sim.outputs.plot import _save, _tick_labels
+from sim.outputs.plot import _rounded, _save, _tick_labels
 
 
 def test_tick_labels_stay_mathtext_and_names_are_drawn_as_written(tmp_path: Path) -> None:
@@ -26,3 +26,8 @@ def test_tick_labels_stay_mathtext_and_names_are_drawn_as_written(tmp_path: Path
     names = [t for t in ax.get_xticklabels() if t.get_text()]
     assert names and not any(t.get_parse_math() for t in names)
     assert (tmp_path / "plot.png").is_file() and (tmp_path / "plot.svg").is_file()
+
+
+def test_a_capacity_answer_in_a_figure_is_rounded_to_three_digits() -> None:
+    assert _rounded("storage.pools.swa.capacity_gb", 10.328125) == "10.3 GB"
+    assert _rounded("cluster.instances", 4) == "4"

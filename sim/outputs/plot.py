@@ -387,17 +387,17 @@ def capacity_figure(directory: Path) -> Figure:
         bound, color="black", linestyle="--", linewidth=1, label=f"target {metric} {op} {bound:g}"
     )
     if answer is not None:
-        ax.axvline(answer, color="C2", linestyle=":", label=f"answer {param_text(param, answer)}")
+        ax.axvline(answer, color="C2", linestyle=":", label=f"answer {_rounded(param, answer)}")
         at = evals[evals["value"] == answer]
         ax.plot(at["value"], at["mean"], marker="*", markersize=16, color="C2", linestyle="")
     _scale_x(ax, evals["value"].astype(float).tolist())
     unit = param_unit(param)
     ax.set_xlabel(f"{param} ({unit})" if unit else param)
     ax.set_ylabel(f"{metric} (mean, 95 % CI over {meta.get('seeds')} seeds)")
-    found = "no value meets it" if answer is None else f"answer {param_text(param, answer)}"
+    found = "no value meets it" if answer is None else f"answer {_rounded(param, answer)}"
     ax.set_title(
-        f"{meta.get('scenario', directory.name)}: smallest {param.split('.')[-1]} "
-        f"with {search.target}; {found}",
+        f"{meta.get('scenario', directory.name)}\nsmallest {param.split('.')[-1]} "
+        f"with {search.target}: {found}",
         fontsize=9,
     )
     ax.legend(fontsize=8)
@@ -445,6 +445,12 @@ def _tick_labels(fig: Figure) -> list[Text]:
                     labels += [label for tick in ticks for label in (tick.label1, tick.label2)]
             labels.append(axis.get_offset_text())
     return labels
+
+
+def _rounded(key: str, value: float) -> str:
+    """An answer as a figure's title shows it: three significant digits and the key's unit
+    (the exact value is in capacity.json and the report)."""
+    return param_text(key, float(f"{value:.3g}"))
 
 
 def _short(value: float) -> str:
