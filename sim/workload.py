@@ -171,6 +171,16 @@ class MooncakeWorkload(WorkloadSpec):
     def scan(self) -> int:
         return sum(1 for _ in iter_trace(self.trace_path(), self.block_tokens))
 
+    def arrivals_s(self) -> list[float]:
+        """Every replayed request's arrival in seconds (after `limit` and `time_scale`), for
+        `validate` to say how many a horizon leaves out."""
+        times = []
+        for i, (_line, rec) in enumerate(iter_trace(self.trace_path(), self.block_tokens)):
+            if self.limit is not None and i >= self.limit:
+                break
+            times.append(rec[0] / 1000.0 * self.time_scale)
+        return times
+
 
 WORKLOAD_KINDS: Registry[type[WorkloadSpec]] = Registry("workload kind")
 """Workload specs by `kind`; the spec's `build` makes the request stream."""

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
@@ -108,6 +108,26 @@ def warn_sizes(scenario: Scenario) -> None:
 
     for warning in sizing_warnings(scenario_document(scenario)):
         click.echo(f"warning: {warning}", err=True)
+
+
+def warn_overload(summary: Mapping[str, Any], scenario: Scenario, where: str = "the run") -> None:
+    """A run whose server could not keep up (sim.outputs.overload), on stderr."""
+    from sim.outputs.overload import config_overload, overload_warning
+    from sim.scenario import scenario_document
+
+    line = overload_warning(config_overload(summary, scenario_document(scenario)), where)
+    if line:
+        click.echo(f"warning: {line}", err=True)
+
+
+def warn_study_overload(tasks: Path, scenario: Scenario, what: str) -> None:
+    """A sweep, capacity search or plan with overloaded runs among its finished ones."""
+    from sim.outputs.overload import study_overload
+    from sim.scenario import scenario_document
+
+    line = study_overload(tasks, scenario_document(scenario), what)
+    if line:
+        click.echo(f"warning: {line}", err=True)
 
 
 def trace_requests(scenario: Scenario) -> int:

@@ -17,6 +17,7 @@ from sim.cli.app import (
     load,
     out_option,
     set_option,
+    warn_study_overload,
 )
 from sim.results.directories import only_writer, replaced_at_end
 from sim.results.layout import TASKS
@@ -109,6 +110,7 @@ def plan_cmd(
         click.echo(f"wrote {path}")
     failed = sum(p.errors for p in answer.points)
     click.echo(f"evidence in {target_dir}")
+    warn_study_overload(target_dir / TASKS, sc, "plan")
     if failed:
         click.echo(f"{failed} runs failed (their errors are in {target_dir / TASKS})", err=True)
         raise SystemExit(1)

@@ -21,6 +21,7 @@ from sim.cli.app import (
     reading,
     set_option,
     trace_requests,
+    warn_overload,
     warn_sizes,
 )
 from sim.deployment.resolve import USER, get, show_value
@@ -76,6 +77,7 @@ def run_cmd(
     written = write_atomically(target, lambda d: write_run(result, d), force=force)
     print_summary(result, str(Path(written) / SUMMARY))
     click.echo(f"wrote {written}")
+    warn_overload(result.summary, sc)
 
 
 @cli.command("compare")
@@ -146,6 +148,8 @@ def compare_cmd(
     click.echo(format_table(comparison.table, found.column))
     click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
     _warn_if_identical(comparison.table, found.column)
+    for (label, result), sc in zip(comparison.runs.items(), scenarios, strict=True):
+        warn_overload(result.summary, sc, f"the run of {shown(label)}")
 
 
 def _warn_if_identical(table: pd.DataFrame, column: str) -> None:
@@ -199,6 +203,7 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
     _print_sources(sc)
     _print_sizes(sc)
+    _warn_horizon(sc)
     raw = read_document(Path(scenario))
     for item in overrides:
         key, value = parse_override(item)
@@ -207,6 +212,26 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
         click.echo(
             f"note: storage.pools.{pool} is not given: the {pool} pool is stored unbounded and "
             "fault-free (the defaults; the resolved configuration lists them)"
+        )
+
+
+def _warn_horizon(scenario: Scenario) -> None:
+    """A trace replay whose `duration_s` ends before the trace does counts only the requests
+    that arrived by then, on stderr (exit 0): its shares describe the trace's first part."""
+    arrivals = getattr(scenario.workload, "arrivals_s", None)
+    if arrivals is None:
+        return
+    times = arrivals()
+    if scenario.cluster.scale_arrivals and scenario.cluster.instances > 1:
+        times = [t / scenario.cluster.instances for t in times]
+    late = sum(1 for t in times if t >= scenario.duration_s)
+    if late:
+        click.echo(
+            f"warning: duration_s {scenario.duration_s:g} ends before the trace: {late:,} of its "
+            f"{len(times):,} requests arrive after it (the last at {max(times):,.0f} s) and are "
+            "never replayed; set duration_s past the last arrival, or workload.limit to replay "
+            "fewer requests on purpose",
+            err=True,
         )
 
 

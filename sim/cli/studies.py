@@ -20,6 +20,7 @@ from sim.cli.app import (
     out_option,
     set_option,
     warn_sizes,
+    warn_study_overload,
 )
 from sim.outputs.files import replace_file
 from sim.results.directories import (
@@ -28,7 +29,7 @@ from sim.results.directories import (
     only_writer,
     replaced_at_end,
 )
-from sim.results.layout import CONFIG
+from sim.results.layout import CONFIG, TASKS
 from sim.scenario import (
     ScenarioError,
 )
@@ -117,6 +118,7 @@ def sweep_cmd(
     click.echo(
         f"{len(tasks)} runs ({outcome.computed} computed, {outcome.reused} reused) -> {target}"
     )
+    warn_study_overload(target / TASKS, sc, "sweep")
     if outcome.failed:
         for fail in outcome.failed:
             click.echo(
@@ -240,6 +242,7 @@ def capacity_cmd(
     for path in drawn(plot_capacity, target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")
+    warn_study_overload(target_dir / TASKS, sc, "capacity search")
 
 
 def split_values(text: str) -> list[str]:

@@ -45,6 +45,7 @@ from sim.outputs.html import (
     section,
     unit_header,
 )
+from sim.outputs.overload import config_overload, overload_warning, study_overload
 from sim.outputs.plot import capacity_figure, comparison_figure, run_figure, sweep_figures
 from sim.outputs.sizing import sizing_warnings
 from sim.results.layout import TASKS, detect
@@ -81,6 +82,17 @@ def build_report(directory: Path) -> str:
     """The page's HTML for whatever kind of result `directory` holds."""
     kind = detect(directory)
     return BUILDERS[kind](directory)
+
+
+def _overloaded(summary: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """A finding first when the run's server could not keep up (sim.outputs.overload)."""
+    line = overload_warning(config_overload(summary, config))
+    return [f"Warning: {line}"] if line else []
+
+
+def _study_overloaded(directory: Path, config: Mapping[str, Any], what: str) -> list[str]:
+    line = study_overload(directory / TASKS, config, what)
+    return [f"Warning: {line}"] if line else []
 
 
 def header_comment(text: str | None) -> str:
@@ -174,7 +186,7 @@ def _run_page(directory: Path) -> str:
         [
             _deployment(run.config),
             _scenario(name, run.config_text),
-            findings_section(run_findings(summary)),
+            findings_section([*_overloaded(summary, run.config), *run_findings(summary)]),
             plots,
             instances,
             section(
@@ -281,7 +293,10 @@ def _compare_page(directory: Path) -> str:
         if run.has_timeseries:
             png = existing_png(run.path, "timeseries") or render_png(run_figure(run.path))
             figures.append(png_figure(png, f"{column}={variant}: time series"))
-    per_variant = {f"{column}={v}": run_findings(run.summary) for v, run in runs.items()}
+    per_variant = {
+        f"{column}={v}": [*_overloaded(run.summary, run.config), *run_findings(run.summary)]
+        for v, run in runs.items()
+    }
     records = table.to_dict("records")
     keys = [str(c) for c in table.columns if c != column]
     rows = [[key, *(cell(key, r[key]) for r in records), metric_unit(key)] for key in keys]
@@ -354,7 +369,12 @@ def _sweep_page(directory: Path) -> str:
                 "Sweep provenance (sweep.json)",
                 ["<h3>Grid</h3>", html_table("grid", ["key", "values"], grid_rows)],
             ),
-            findings_section(sweep_findings(points, grid, meta)),
+            findings_section(
+                [
+                    *_study_overloaded(directory, read_config(directory)[1], "sweep"),
+                    *sweep_findings(points, grid, meta),
+                ]
+            ),
             section("plots", "Plots", *figures) if figures else None,
             section(
                 "summary",
@@ -438,7 +458,12 @@ def _capacity_page(directory: Path) -> str:
                 "Capacity answer (capacity.json)",
                 ["<h3>Search</h3>", html_table("search", ["item", "value"], search_rows)],
             ),
-            findings_section(capacity_findings(answer, evaluations, config)),
+            findings_section(
+                [
+                    *_study_overloaded(directory, config, "capacity search"),
+                    *capacity_findings(answer, evaluations, config),
+                ]
+            ),
             section("plots", "Plots", png_figure(png, caption)),
             section("summary", "Summary", *summary),
         ],

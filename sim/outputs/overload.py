@@ -1,0 +1,127 @@
+"""Overload: a run whose server could not keep up with what arrived.
+
+Its storage figures are real but answer a question nobody asks: requests queue for prefill,
+TTFT measures the queue, and the share restored from storage is whatever the queue let through.
+A capacity answer from such runs sizes the wrong thing, so every command that prints or reports
+runs says so (stderr and the report), naming what to change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+TTFT_P50_LIMIT_S = 10.0
+"""A median time to first token above this is a queue, not a prefill (an interactive server's
+median is well under a second; SGLang's own benchmarks report tens to hundreds of ms)."""
+UNFINISHED_SHARE = 0.01
+"""Requests still unfinished at the horizon, as a share of those counted, above which the run is
+called overloaded (a few in flight at the end are normal)."""
+
+_FIX = (
+    "raise compute.prefill_tokens_per_s to what the deployment's GPU does, add servers "
+    "(cluster.instances), or shorten the workload"
+)
+
+
+def overload_reasons(
+    summary: Mapping[str, Any], prefill_tokens_per_s: float | None, window_s: float
+) -> list[str]:
+    """Why the run was overloaded (empty when it was not): unfinished requests, prefill work
+    offered faster than the compute rate, or a median TTFT above TTFT_P50_LIMIT_S."""
+    reasons = []
+    requests = _number(summary.get("requests"))
+    unfinished = _number(summary.get("requests_unfinished"))
+    if requests > 0 and unfinished > UNFINISHED_SHARE * requests:
+        reasons.append(
+            f"{unfinished:,.0f} of {requests:,.0f} requests ({unfinished / requests:.1%}) never "
+            "finished"
+        )
+    if prefill_tokens_per_s and window_s > 0:
+        cached = sum(
+            _number(summary.get(key))
+            for key in ("device_hit_tokens", "host_hit_tokens", "l3_loaded_tokens")
+        )
+        offered = (_number(summary.get("prompt_tokens")) - cached) / window_s
+        if offered > prefill_tokens_per_s:
+            reasons.append(
+                f"prefill was offered {offered:,.0f} tokens/s to compute (prompt tokens found on "
+                f"neither device, host nor storage, over the {window_s:g} s measured), above "
+                f"compute.prefill_tokens_per_s {prefill_tokens_per_s:,.0f}"
+            )
+    ttft = _number(summary.get("ttft_p50_s"))
+    if ttft > TTFT_P50_LIMIT_S:
+        reasons.append(f"TTFT p50 is {ttft:,.1f} s (above {TTFT_P50_LIMIT_S:g} s: a queue)")
+    return reasons
+
+
+_SETTINGS = ("compute.prefill_tokens_per_s", "cluster.instances", "duration_s", "warmup_s")
+"""The scenario keys the check reads, which a sweep point may set."""
+
+
+def config_overload(
+    summary: Mapping[str, Any], config: Mapping[str, Any], point: Mapping[str, Any] | None = None
+) -> list[str]:
+    """`overload_reasons` with the rate and the measured window read from a resolved scenario
+    document (a run directory's config.resolved.yaml, or `scenario_document`), under a sweep
+    point's own values of those keys. A cluster's servers prefill side by side."""
+    values = {key: _lookup(config, key) for key in _SETTINGS} | {
+        key: value for key, value in (point or {}).items() if key in _SETTINGS
+    }
+    rate = values["compute.prefill_tokens_per_s"]
+    servers = values["cluster.instances"] if _number(values["cluster.instances"]) >= 1 else 1
+    window = _number(values["duration_s"]) - _number(values["warmup_s"])
+    total = _number(rate) * _number(servers) if isinstance(rate, int | float) else None
+    return overload_reasons(summary, total, window)
+
+
+def study_overload(tasks: Path, config: Mapping[str, Any], what: str) -> str | None:
+    """One line for a sweep, capacity search or plan whose finished runs (`tasks/`, one JSON
+    file a run) include overloaded ones: how many, the first one's point and why."""
+    overloaded, total, first = 0, 0, ""
+    for path in sorted(tasks.glob("*.json")) if tasks.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        summary, point = record.get("summary"), record.get("values") or {}
+        if not isinstance(summary, Mapping) or not isinstance(point, Mapping):
+            continue
+        total += 1
+        reasons = config_overload(summary, config, point)
+        if reasons:
+            overloaded += 1
+            if not first:
+                shown = ", ".join(f"{k}={v}" for k, v in point.items()) or "the scenario"
+                first = f"first at {shown}: {'; '.join(reasons)}"
+    if not overloaded:
+        return None
+    return (
+        f"{overloaded:,} of {total:,} runs of this {what} were overloaded ({first}). Their "
+        f"storage figures describe a queue, and an answer from them sizes the wrong thing: {_FIX}"
+    )
+
+
+def _lookup(doc: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = doc
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part)
+    return value
+
+
+def overload_warning(reasons: list[str], where: str = "the run") -> str | None:
+    """One line saying `where` was overloaded, why, and what to change (None: it was not)."""
+    if not reasons:
+        return None
+    return (
+        f"{where} was overloaded: {'; '.join(reasons)}. Its storage figures describe a queue: "
+        f"{_FIX}"
+    )
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and value == value else 0.0
