@@ -22,6 +22,10 @@ ABSENT = ("torchvision",)
 """Packages SGLang imports at top level on paths the cache never takes, and that would pull a
 multi-GB accelerator build of torch: stubbed."""
 
+ABSENT_BY_RELEASE: dict[str, tuple[str, ...]] = {}
+"""Per release, more such packages (none so far: 0.5.19's server arguments import xgrammar
+at top level, and a stub does not pass pydantic, so run.sh installs its pinned wheel)."""
+
 
 class _Anything:
     """A stand-in value: every attribute and call gives another stand-in."""
@@ -46,10 +50,13 @@ class _StubModule(types.ModuleType):
 
 
 class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, absent: tuple[str, ...]) -> None:
+        self.absent = absent
+
     def find_spec(
         self, name: str, path: Any = None, target: Any = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if name.partition(".")[0] in ABSENT:
+        if name.partition(".")[0] in self.absent:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -62,13 +69,28 @@ class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """A stub has no code to run."""
 
 
-def prepare() -> None:
+def prepare(release: str = "") -> None:
     """Before SGLang is imported: transformers decides once, at its own import, whether
     torchvision is installed, so it is imported first and sees none; the stub only serves
     SGLang's imports after that."""
     import transformers.utils.import_utils  # noqa: F401
 
-    sys.meta_path.insert(0, _AbsentFinder())
+    sys.meta_path.insert(0, _AbsentFinder(ABSENT + ABSENT_BY_RELEASE.get(release, ())))
+    _config_names_may_repeat()
+
+
+def _config_names_may_repeat() -> None:
+    """Older releases (0.5.19) register model configs (`qwen3_asr`) that the installed
+    transformers has since taken in; SGLang's registration then wins instead of raising at
+    import. Only model configs the cache never reads are concerned."""
+    from transformers import AutoConfig
+
+    original = AutoConfig.register
+
+    def register(model_type: str, config: Any, exist_ok: bool = False) -> None:
+        original(model_type, config, exist_ok=True)
+
+    AutoConfig.register = staticmethod(register)  # type: ignore[method-assign]
 
 
 def install() -> None:

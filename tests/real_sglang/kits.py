@@ -19,7 +19,11 @@ from tests.real_sglang import cpu
 def for_release(release: str) -> Any:
     if release == "0.5.23":
         return Kit0523()
-    raise ValueError(f"no real-SGLang fixture for {release} (only 0.5.23 ships test kits)")
+    if release == "0.5.19":
+        from tests.real_sglang.kit0519 import Kit0519
+
+        return Kit0519()
+    raise ValueError(f"no real-SGLang fixture for {release}")
 
 
 def _test_case(bases: tuple[type, ...]) -> Any:

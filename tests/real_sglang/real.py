@@ -54,7 +54,10 @@ class Case:
         self.instances: dict[str, Any] = {}
         self.hashes: dict[tuple[int, ...], str] = {}
         self.log = _Log()
-        logging.getLogger("sglang").addHandler(self.log)
+        logger = logging.getLogger("sglang")
+        logger.addHandler(self.log)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)  # 0.5.19 leaves it to the root's ERROR
 
     def instance(self, name: str) -> Any:
         if name not in self.instances:
@@ -246,7 +249,7 @@ def run_cases(release: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 def main(argv: list[str]) -> int:
     release, cases_path, out_path = argv
-    cpu.prepare()
+    cpu.prepare(release)
     logging.basicConfig(level=logging.ERROR)
     with open(cases_path) as handle:
         cases = json.load(handle)
