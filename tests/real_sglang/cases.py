@@ -48,7 +48,9 @@ def _fault(step: int, pool: str, page: int, kind: str) -> dict[str, Any]:
     return {"step": step, "pool": pool, "page": page, "kind": kind}
 
 
-def _faulted(kind: str, pool: str, page: int, steps: list[Any] = ROUND_TRIP) -> dict[str, Any]:
+def _faulted(
+    kind: str, pool: str, page: int, steps: list[Any] = ROUND_TRIP, **extra: Any
+) -> dict[str, Any]:
     what = {
         "delete": "deleted before the query",
         "vanish": "vanished after the query",
@@ -57,7 +59,9 @@ def _faulted(kind: str, pool: str, page: int, steps: list[Any] = ROUND_TRIP) -> 
     }[kind]
     step = 0 if kind == "write_fail" else 1
     name = f"{pool} page {page} {what}" + (" then healed" if steps is HEAL else "")
-    return _case(name, steps, faults=[_fault(step, pool, page, kind)])
+    if extra.get("mamba"):
+        name = f"mamba: {name}"
+    return _case(name, steps, faults=[_fault(step, pool, page, kind)], **extra)
 
 
 CASES: list[dict[str, Any]] = [
@@ -98,6 +102,31 @@ CASES: list[dict[str, Any]] = [
         "existence cache full: the first sequence's beliefs evicted, then written again",
         [("p", A4), ("p", [["B", 4]]), ("c", A4), ("p", A4)],
         existence_entries=4,
+    ),
+]
+
+MAMBA = {"window_tokens": None, "mamba": True, "releases": ["0.5.23"]}
+"""FULL+Mamba: buffer_only Mamba is accepted from 0.5.22 (0.5.19's init_hicache refuses it)."""
+CASES += [
+    _case("mamba: round trip", ROUND_TRIP, **MAMBA),
+    _case("mamba: round trip, one page", [("p", [["A", 1]]), ("c", [["A", 1]])], **MAMBA),
+    *(
+        _faulted(kind, "mamba", 3, **MAMBA)
+        for kind in ("delete", "vanish", "read_fail", "write_fail")
+    ),
+    _faulted("vanish", "mamba", 3, HEAL, **MAMBA),
+    _faulted("read_fail", "mamba", 3, HEAL, **MAMBA),
+    _faulted("delete", "kv", 1, **MAMBA),
+    _faulted("vanish", "kv", 2, **MAMBA),
+    _case(
+        "mamba: consumer extends the stored prefix",
+        [("p", A4), ("c", [["A", 4], ["C", 2]])],
+        **MAMBA,
+    ),
+    _case(
+        "mamba: two requests sharing a prefix on one instance, then a fresh consumer",
+        [("p", A4), ("p", [["A", 4], ["B", 2]]), ("c", [["A", 4], ["B", 2]])],
+        **MAMBA,
     ),
 ]
 

@@ -11,6 +11,7 @@ has none). Nothing here decides anything SGLang decides; no SGLang code is copie
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -125,7 +126,20 @@ def _no_pinning() -> None:
     except ImportError:
         pass
     assert base is not None
-    original = base.__init__
+    _unpinned(base)
+    try:  # the Mamba host pool sets its own pinning (it does not pass it to the base)
+        from sglang.srt.mem_cache.pool_host import mamba
+
+        _unpinned(mamba.MambaPoolHost)
+    except (ImportError, AttributeError):
+        pass
+
+
+def _unpinned(cls: Any) -> None:
+    """`cls(..., pin_memory=...)` always builds with `pin_memory=False` (once per class)."""
+    original = cls.__dict__["__init__"]
+    if getattr(original, "_unpinned", False):
+        return
     signature = inspect.signature(original)
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -133,7 +147,8 @@ def _no_pinning() -> None:
         bound.arguments["pin_memory"] = False
         original(*bound.args, **bound.kwargs)
 
-    base.__init__ = init
+    init._unpinned = True  # type: ignore[attr-defined]
+    cls.__init__ = init
 
 
 def _mha_host_class() -> Any:
@@ -202,8 +217,26 @@ def _mha_copies_as_indexing() -> None:
 
 
 def _mamba_copies_by_torch() -> None:
-    """Mamba's host pool copies down SGLang's own torch branch (the one NPU takes)."""
-    for name in ("sglang.srt.mem_cache.pool_host.mamba", "sglang.srt.mem_cache.memory_pool_host"):
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "_is_npu"):
-            module._is_npu = True  # type: ignore[attr-defined]
+    """Mamba's host pool copies down SGLang's own torch branch: the one its `kernel_ascend`
+    io backend takes in the default `sync` mode (`pool_host/mamba.py:_copy_tensor_pf_lf`,
+    `_copy_tensor_all_layers_lf_pf`), index_select/index_copy between the same tensors."""
+    try:
+        from sglang.srt.mem_cache.pool_host import mamba
+    except ImportError:
+        return
+    host = mamba.MambaPoolHost
+    for name in ("backup_from_device_all_layer", "load_to_device_per_layer"):
+        original = host.__dict__[name]
+        if getattr(original, "_torch", False):
+            continue
+        signature = inspect.signature(original)
+
+        def copy(
+            *args: Any, _original: Any = original, _sig: Any = signature, **kwargs: Any
+        ) -> Any:
+            bound = _sig.bind(*args, **kwargs)
+            bound.arguments["io_backend"] = "kernel_ascend"
+            return _original(*bound.args, **bound.kwargs)
+
+        copy._torch = True  # type: ignore[attr-defined]
+        setattr(host, name, copy)

@@ -37,6 +37,10 @@ def scenario_doc(case: dict[str, Any], release: str, instances: int) -> dict[str
         model["swa"] = {"window_tokens": case["window_tokens"], "bytes_per_token": 512}
         pools["swa"] = {}
         device["swa_pages"] = device["kv_pages"]
+    if case.get("mamba"):
+        model["mamba"] = {"state_bytes": 65536}
+        pools["mamba"] = {}
+        device["mamba_slots"] = 60
     doc: dict[str, Any] = {
         "name": re.sub(r"[^A-Za-z0-9_.-]+", "-", case["name"]).strip("-"),
         "seed": 1,
