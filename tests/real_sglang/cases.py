@@ -124,6 +124,17 @@ CASES += [
         **MAMBA,
     ),
     _case(
+        "mamba: consumer branches inside the stored node",
+        [("p", A4), ("c", [["A", 2], ["B", 2]])],
+        **MAMBA,
+    ),
+    _case(
+        "mamba: existence cache full, then written again",
+        [("p", A4), ("p", [["B", 4]]), ("c", A4), ("p", A4)],
+        existence_entries=4,
+        **MAMBA,
+    ),
+    _case(
         "mamba: two requests sharing a prefix on one instance, then a fresh consumer",
         [("p", A4), ("p", [["A", 4], ["B", 2]]), ("c", [["A", 4], ["B", 2]])],
         **MAMBA,
