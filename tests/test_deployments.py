@@ -32,6 +32,7 @@ _SHARED: dict[str, Any] = {
     "host.mem_layout": "page_first",
     "prefetch.shrink": "page",
     "prefetch.short_span_aux": "none",
+    "prefetch.threshold_floor": "swa_window",
 }
 _KV_BELIEFS = {
     "existence_cache.beliefs": "kv",
@@ -52,6 +53,7 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
     "0.5.18": {
         **_SHARED,
         "heal": "none",
+        "prefetch.threshold_floor": "page",
         "prefetch.retry.max_attempts": 0,
         "prefetch.retry.interval_passes": 0,
     },
@@ -63,6 +65,7 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
         "prefetch.retry.interval_passes": 0,
         "host.anchor_lock_cap": 0.0,
         "prefetch.short_span_aux": "own_pages",
+        "prefetch.threshold_floor": "page",
         "prefetch.retry.head_exempt": False,
         "prefetch.retry.short_spans": True,
         "prefetch.retry.deadline_cancels": False,

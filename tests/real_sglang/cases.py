@@ -141,11 +141,6 @@ CASES += [
     ),
 ]
 
-THRESHOLD_FLOOR = (
-    "model mismatch: from 0.5.20 a buffer_only server raises the prefetch threshold to one "
-    "full SWA window (unified_cache/storage_attachment.py:resolve_prefetch_threshold), so a "
-    "one-page span is never queried; the model's floor is one page"
-)
 NODE_GRANULARITY = (
     "model mismatch: after a partial load the model's backup re-offers every KV page of the "
     "node, SGLang only the pages from the loaded span's end (the backend skips the extra ones "
@@ -158,7 +153,6 @@ BRANCH_WINDOW = (
     "SGLang has none left to write"
 )
 _KNOWN = {
-    "round trip, one page (shorter than the window)": {"0.5.23": THRESHOLD_FLOOR},
     **{
         name: {"0.5.23": NODE_GRANULARITY}
         for name in (
@@ -177,7 +171,11 @@ _KNOWN = {
     },
 }
 """Per case, the releases where it must disagree and why (0.5.19 re-offers every KV page of
-a partly loaded node, as the model does, and floors the threshold at one page)."""
+a partly loaded node, as the model does).
+
+The threshold floor (from 0.5.20 a buffer_only server raises the prefetch threshold to one full
+SWA window, `0.5.23: unified_cache/storage_attachment.py:resolve_prefetch_threshold`) is the
+release profile's `prefetch.threshold_floor`, so a one-page span agrees on both releases."""
 for _c in CASES:
     if _c["name"] in _KNOWN:
         _c["simplification"] = _KNOWN[_c["name"]]

@@ -3,10 +3,12 @@
 SGLang's cache runs on CPU once five things that only exist on an accelerator are replaced:
 the device name, host-memory pinning, the MHA host pool's CUDA copy kernels (here plain torch
 indexing between the same per-layer tensors the kernels read), the Mamba host pool's copies
-(SGLang's own torch fallback, its NPU branch) and stream synchronisation (`torch.cpu.Stream`
-has none). Nothing here decides anything SGLang decides; no SGLang code is copied.
+(SGLang's own torch fallback: its `kernel_ascend` io backend in the default `sync` mode) and
+stream synchronisation (`torch.cpu.Stream` has none). Nothing here decides anything SGLang
+decides; no SGLang code is copied.
 
-`prepare()` runs before the first `sglang` import, `install()` after it.
+`prepare()` runs before the first `sglang` import (with it, one import-time clash of 0.5.19
+with the installed transformers is let through), `install()` after it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.real_sglang import cpu
-from tests.real_sglang.kits import Kit0523, out_of_window
+from tests.real_sglang.kits import HANG_S, Kit0523, out_of_window
 
 LAYERS = 24
 FULL_LAYERS = (3, 7, 11, 15, 19, 23)
@@ -129,7 +129,7 @@ class Kit0519(Kit0523):
         return len(self._match(cache, tokens).device_indices)
 
     def _pump(self, cache: Any, done: Any, what: str) -> None:
-        deadline = time.time() + 10
+        deadline = time.time() + HANG_S
         while not done():
             cache.check_hicache_events()
             if time.time() > deadline:

@@ -1,9 +1,11 @@
 """Per-release builders of a real `buffer_only` UnifiedRadixCache with the file backend.
 
 0.5.23 ships test kits (`sglang/test/kits/unified_radix_cache/`) that build the cache, its
-pools and its HiCache controller; `Kit0523` drives them. Each method is one thing the driver
-needs (build an instance, play one request, back a sequence up, read the beliefs), so a release
-without a kit (0.5.19) would supply its own fixture behind the same methods.
+pools and its HiCache controller; `Kit0523` drives them (FULL+SWA, and FULL+Mamba, which the
+kit's buffer_only builder skips and `_build_mamba` builds with the kit's own `_init_hicache`).
+Each method is one thing the driver needs (build an instance, play one request, back a sequence
+up, read the beliefs); 0.5.19 ships no kit and supplies its own fixture behind the same methods
+(`kit0519.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from array import array
 from typing import Any
 
 from tests.real_sglang import cpu
+
+HANG_S = 120.0
+"""How long a pump waits before it calls the step hung (the first prefetch of a process waits
+for the storage threads' lazy imports, slow on a loaded machine)."""
 
 
 def for_release(release: str) -> Any:
@@ -160,7 +166,7 @@ class Kit0523:
                 None,
                 matched_prefix_tokens=tokens[:device],
             )
-            deadline = time.time() + 10
+            deadline = time.time() + HANG_S
             while not cache.check_prefetch_progress(handle):
                 cache.check_hicache_events()
                 if time.time() > deadline:
@@ -168,7 +174,7 @@ class Kit0523:
                 time.sleep(0.005)
             pipeline = cache.buffer_pipeline
             if pipeline is not None and pipeline.has_staged(handle):
-                self.fixture._consume_staged_prefetch(cache, handle)
+                self.fixture._consume_staged_prefetch(cache, handle, timeout=HANG_S)
         finally:
             cache._check_hybrid_prefetch_result = original
         if observed.queries:
@@ -221,6 +227,7 @@ class Kit0523:
             cache,
             lambda: not pipeline.inflight_backup_node_ids and not pipeline.ongoing_backup,
             "buffer backup pipeline did not drain",
+            timeout=HANG_S,
         )
 
     def page_hashes(self, inst: Any, tokens: list[int]) -> dict[tuple[int, ...], str]:

@@ -2,7 +2,8 @@
 
 Each step is a request arriving 10 s after the previous one, routed to its instance by a
 scripted router, on a cluster whose servers share one storage backend (the file backend of the
-case's release, `buffer_only` host mode, prefetch threshold one page, `wait_complete`). A page
+case's release, `buffer_only` host mode, prefetch threshold one page raised to the release's
+floor, `wait_complete`; FULL+SWA, or FULL+Mamba for a Mamba case). A page
 of a segment is a chained page key, so sequences that share segments share keys. Faults act on
 the simulator's storage pools during the step they name: an object deleted before the step,
 deleted right after the step's hit query, a read that fails at that object, a write of that

@@ -2,11 +2,11 @@
 
 Run in its own process with that release's unpacked wheel first on `sys.path`:
 `python -m tests.real_sglang.real RELEASE CASES_JSON OUT_JSON`. Each case builds one cache per
-instance it names, all sharing one file-backend directory (`buffer_only` host mode, FULL+SWA),
-and plays its steps in order. A step is one request: match on the device, prefetch the rest
-from storage, let the prefetch complete and admit it, insert the whole sequence, back it up and
-wait for the write. That order is the driver's emulation of the scheduler (admission and backup
-timing); every decision inside it is SGLang's own code.
+instance it names, all sharing one file-backend directory (`buffer_only` host mode, FULL+SWA or
+FULL+Mamba), and plays its steps in order. A step is one request: match on the device, prefetch
+the rest from storage, let the prefetch complete and admit it, insert the whole sequence, back
+it up and wait for the write. That order is the driver's emulation of the scheduler (admission
+and backup timing); every decision inside it is SGLang's own code.
 
 Faults act on the storage objects of one step: `delete` removes the object before the hit
 query, `vanish` removes it right after the query answered, `read_fail` makes its read return
