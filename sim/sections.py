@@ -262,6 +262,10 @@ class PrefetchSpec(Strict):
     (an SWA window) asks that pool for: its own pages, the device prefix holding the rest of
     the window (`own_pages`, SGLang 0.5.19), or nothing, which fails the hybrid check
     (`none`, 0.5.20 on, and every release in cache mode; the default)."""
+    threshold_floor: Literal["page", "swa_window"] = "swa_window"
+    """The least the prefetch threshold can be: one page (`page`, SGLang 0.5.18-0.5.19), or in
+    buffer_only mode with an SWA pool one full SWA window, `ceil(window / page)` pages
+    (`swa_window`, 0.5.20 on: `StorageAttachment.resolve_prefetch_threshold`; the default)."""
     heal_after_deadline: bool = True
     """Does a prefetch the `timeout` policy stopped still heal existence beliefs from what it
     was told and read? `true`: SGLang 0.5.19-0.5.22 (the hit-query heal and the discard heal

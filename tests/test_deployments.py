@@ -32,6 +32,7 @@ _SHARED: dict[str, Any] = {
     "host.mem_layout": "page_first",
     "prefetch.shrink": "page",
     "prefetch.short_span_aux": "none",
+    "prefetch.threshold_floor": "swa_window",
 }
 _KV_BELIEFS = {
     "existence_cache.beliefs": "kv",
@@ -52,6 +53,7 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
     "0.5.18": {
         **_SHARED,
         "heal": "none",
+        "prefetch.threshold_floor": "page",
         "prefetch.retry.max_attempts": 0,
         "prefetch.retry.interval_passes": 0,
     },
@@ -63,6 +65,7 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
         "prefetch.retry.interval_passes": 0,
         "host.anchor_lock_cap": 0.0,
         "prefetch.short_span_aux": "own_pages",
+        "prefetch.threshold_floor": "page",
         "prefetch.retry.head_exempt": False,
         "prefetch.retry.short_spans": True,
         "prefetch.retry.deadline_cancels": False,
@@ -597,7 +600,7 @@ def test_the_deployment_sweep_plans_every_row() -> None:
     scenario = load_scenario(REPO / "scenarios" / "sweeps" / "deployments.yaml")
     tasks = plan(scenario, "deployments.yaml")
     rows = {dict(t.values)["variant"]: t.doc for t in tasks}
-    assert len(rows) == 10 and len(tasks) == 10 * 4 * 3
+    assert len(rows) == 10 and len(tasks) == 10 * 6 * 3
     assert rows["0.5.19-file-buffer"]["existence_cache"]["entries"] == 131072
     assert rows["0.5.19-file-buffer-kvblind"]["storage"]["hit_query"] == "kv_only"
     assert rows["0.5.22-file-buffer-mamba"]["storage"]["hit_query"] == "min_of_pools"

@@ -83,6 +83,24 @@ def _short_span(release: str, value: str) -> Setting:
     )
 
 
+def _threshold_floor(release: str) -> Setting:
+    """The least prefetch threshold: from 0.5.20 a buffer_only server raises it to one full
+    SWA window."""
+    if release in ("0.5.18", "0.5.19"):
+        return Setting(
+            "prefetch.threshold_floor",
+            "page",
+            f"`prefetch_threshold` as configured ({release}: {_TREE}.init_hicache)",
+        )
+    return Setting(
+        "prefetch.threshold_floor",
+        "swa_window",
+        "buffer_only: at least one full SWA window "
+        f"({release}: mem_cache/unified_cache/storage_attachment.py:"
+        "StorageAttachment.resolve_prefetch_threshold)",
+    )
+
+
 def _host_mode(release: str, args: str) -> Setting:
     return Setting("host.mode", "cache", f"`--hicache-host-memory-mode` ({release}: {args})")
 
@@ -227,6 +245,7 @@ _register(
             ),
             *_retries("0.5.18", 0, 0, "no retry arguments in server_args.py"),
             _short_span("0.5.18", "none"),
+            _threshold_floor("0.5.18"),
         ),
         buffer_only_pools=frozenset(),
         memory_tiers=TIERS_BEFORE_0_5_20,
@@ -244,6 +263,7 @@ _register(
             *_retries("0.5.19", 4, 0, "server_args.py:ServerArgs"),
             *_retry_rules("0.5.19"),
             _short_span("0.5.19", "own_pages"),
+            _threshold_floor("0.5.19"),
             _anchor_cap(
                 "0.5.19",
                 0.0,
@@ -269,6 +289,7 @@ for _version in ("0.5.20", "0.5.21"):
                 *_retry_rules(_version),
                 _anchor_cap(_version, 0.5, _PINS_ON),
                 _short_span(_version, "none"),
+                _threshold_floor(_version),
             ),
             buffer_only_pools=frozenset({"kv", "swa"}),
             memory_tiers=TIERS_SINCE_0_5_20,
@@ -294,6 +315,7 @@ _register(
             *_retry_rules("0.5.22"),
             _anchor_cap("0.5.22", 0.5, _PINS_ON),
             _short_span("0.5.22", "none"),
+            _threshold_floor("0.5.22"),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
         memory_tiers=TIERS_SINCE_0_5_20,
@@ -319,6 +341,7 @@ _register(
             *_retry_rules("0.5.23"),
             _anchor_cap("0.5.23", 0.5, _PINS_ON),
             _short_span("0.5.23", "none"),
+            _threshold_floor("0.5.23"),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
         memory_tiers=TIERS_SINCE_0_5_20,

@@ -301,6 +301,10 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         prefetch.retry.max_attempts, prefetch.retry.interval_passes, prefetch.retry.interval_s
     )
     threshold_tokens = max(prefetch.threshold_tokens, page_size)
+    swa = scenario.model.pool_spec("swa")
+    if prefetch.threshold_floor == "swa_window" and buffer_only and swa is not None:
+        # from 0.5.20 a buffer_only server asks for one full SWA window at least
+        threshold_tokens = max(threshold_tokens, (swa.tail_pages(page_size) or 1) * page_size)
     loops = LoopTracker()
     prefetcher = Prefetcher(
         storage=storage,

@@ -48,7 +48,9 @@ def _fault(step: int, pool: str, page: int, kind: str) -> dict[str, Any]:
     return {"step": step, "pool": pool, "page": page, "kind": kind}
 
 
-def _faulted(kind: str, pool: str, page: int, steps: list[Any] = ROUND_TRIP) -> dict[str, Any]:
+def _faulted(
+    kind: str, pool: str, page: int, steps: list[Any] = ROUND_TRIP, **extra: Any
+) -> dict[str, Any]:
     what = {
         "delete": "deleted before the query",
         "vanish": "vanished after the query",
@@ -57,7 +59,9 @@ def _faulted(kind: str, pool: str, page: int, steps: list[Any] = ROUND_TRIP) -> 
     }[kind]
     step = 0 if kind == "write_fail" else 1
     name = f"{pool} page {page} {what}" + (" then healed" if steps is HEAL else "")
-    return _case(name, steps, faults=[_fault(step, pool, page, kind)])
+    if extra.get("mamba"):
+        name = f"mamba: {name}"
+    return _case(name, steps, faults=[_fault(step, pool, page, kind)], **extra)
 
 
 CASES: list[dict[str, Any]] = [
@@ -101,11 +105,42 @@ CASES: list[dict[str, Any]] = [
     ),
 ]
 
-THRESHOLD_FLOOR = (
-    "model mismatch: from 0.5.20 a buffer_only server raises the prefetch threshold to one "
-    "full SWA window (unified_cache/storage_attachment.py:resolve_prefetch_threshold), so a "
-    "one-page span is never queried; the model's floor is one page"
-)
+MAMBA = {"window_tokens": None, "mamba": True, "releases": ["0.5.23"]}
+"""FULL+Mamba: buffer_only Mamba is accepted from 0.5.22 (0.5.19's init_hicache refuses it)."""
+CASES += [
+    _case("mamba: round trip", ROUND_TRIP, **MAMBA),
+    _case("mamba: round trip, one page", [("p", [["A", 1]]), ("c", [["A", 1]])], **MAMBA),
+    *(
+        _faulted(kind, "mamba", 3, **MAMBA)
+        for kind in ("delete", "vanish", "read_fail", "write_fail")
+    ),
+    _faulted("vanish", "mamba", 3, HEAL, **MAMBA),
+    _faulted("read_fail", "mamba", 3, HEAL, **MAMBA),
+    _faulted("delete", "kv", 1, **MAMBA),
+    _faulted("vanish", "kv", 2, **MAMBA),
+    _case(
+        "mamba: consumer extends the stored prefix",
+        [("p", A4), ("c", [["A", 4], ["C", 2]])],
+        **MAMBA,
+    ),
+    _case(
+        "mamba: consumer branches inside the stored node",
+        [("p", A4), ("c", [["A", 2], ["B", 2]])],
+        **MAMBA,
+    ),
+    _case(
+        "mamba: existence cache full, then written again",
+        [("p", A4), ("p", [["B", 4]]), ("c", A4), ("p", A4)],
+        existence_entries=4,
+        **MAMBA,
+    ),
+    _case(
+        "mamba: two requests sharing a prefix on one instance, then a fresh consumer",
+        [("p", A4), ("p", [["A", 4], ["B", 2]]), ("c", [["A", 4], ["B", 2]])],
+        **MAMBA,
+    ),
+]
+
 NODE_GRANULARITY = (
     "model mismatch: after a partial load the model's backup re-offers every KV page of the "
     "node, SGLang only the pages from the loaded span's end (the backend skips the extra ones "
@@ -118,9 +153,8 @@ BRANCH_WINDOW = (
     "SGLang has none left to write"
 )
 _KNOWN = {
-    "round trip, one page (shorter than the window)": THRESHOLD_FLOOR,
     **{
-        name: NODE_GRANULARITY
+        name: {"0.5.23": NODE_GRANULARITY}
         for name in (
             "kv page 3 deleted before the query",
             "kv page 3 vanished after the query",
@@ -131,9 +165,17 @@ _KNOWN = {
             "consumer branches inside the stored node",
         )
     },
-    "branch inside a node on one instance, then a fresh consumer": BRANCH_WINDOW,
+    "branch inside a node on one instance, then a fresh consumer": {
+        "0.5.23": BRANCH_WINDOW,
+        "0.5.19": BRANCH_WINDOW,
+    },
 }
+"""Per case, the releases where it must disagree and why (0.5.19 re-offers every KV page of
+a partly loaded node, as the model does).
+
+The threshold floor (from 0.5.20 a buffer_only server raises the prefetch threshold to one full
+SWA window, `0.5.23: unified_cache/storage_attachment.py:resolve_prefetch_threshold`) is the
+release profile's `prefetch.threshold_floor`, so a one-page span agrees on both releases."""
 for _c in CASES:
-    _c["releases"] = ["0.5.23"]  # 0.5.19 has no test kit; its fixture is not written yet
     if _c["name"] in _KNOWN:
-        _c["simplification"] = {"0.5.23": _KNOWN[_c["name"]]}
+        _c["simplification"] = _KNOWN[_c["name"]]

@@ -3,14 +3,17 @@
 SGLang's cache runs on CPU once five things that only exist on an accelerator are replaced:
 the device name, host-memory pinning, the MHA host pool's CUDA copy kernels (here plain torch
 indexing between the same per-layer tensors the kernels read), the Mamba host pool's copies
-(SGLang's own torch fallback, its NPU branch) and stream synchronisation (`torch.cpu.Stream`
-has none). Nothing here decides anything SGLang decides; no SGLang code is copied.
+(SGLang's own torch fallback: its `kernel_ascend` io backend in the default `sync` mode) and
+stream synchronisation (`torch.cpu.Stream` has none). Nothing here decides anything SGLang
+decides; no SGLang code is copied.
 
-`prepare()` runs before the first `sglang` import, `install()` after it.
+`prepare()` runs before the first `sglang` import (with it, one import-time clash of 0.5.19
+with the installed transformers is let through), `install()` after it.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -21,6 +24,10 @@ from typing import Any
 ABSENT = ("torchvision",)
 """Packages SGLang imports at top level on paths the cache never takes, and that would pull a
 multi-GB accelerator build of torch: stubbed."""
+
+ABSENT_BY_RELEASE: dict[str, tuple[str, ...]] = {}
+"""Per release, more such packages (none so far: 0.5.19's server arguments import xgrammar
+at top level, and a stub does not pass pydantic, so run.sh installs its pinned wheel)."""
 
 
 class _Anything:
@@ -46,10 +53,13 @@ class _StubModule(types.ModuleType):
 
 
 class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, absent: tuple[str, ...]) -> None:
+        self.absent = absent
+
     def find_spec(
         self, name: str, path: Any = None, target: Any = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if name.partition(".")[0] in ABSENT:
+        if name.partition(".")[0] in self.absent:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -62,13 +72,28 @@ class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """A stub has no code to run."""
 
 
-def prepare() -> None:
+def prepare(release: str = "") -> None:
     """Before SGLang is imported: transformers decides once, at its own import, whether
     torchvision is installed, so it is imported first and sees none; the stub only serves
     SGLang's imports after that."""
     import transformers.utils.import_utils  # noqa: F401
 
-    sys.meta_path.insert(0, _AbsentFinder())
+    sys.meta_path.insert(0, _AbsentFinder(ABSENT + ABSENT_BY_RELEASE.get(release, ())))
+    _config_names_may_repeat()
+
+
+def _config_names_may_repeat() -> None:
+    """Older releases (0.5.19) register model configs (`qwen3_asr`) that the installed
+    transformers has since taken in; SGLang's registration then wins instead of raising at
+    import. Only model configs the cache never reads are concerned."""
+    from transformers import AutoConfig
+
+    original = AutoConfig.register
+
+    def register(model_type: str, config: Any, exist_ok: bool = False) -> None:
+        original(model_type, config, exist_ok=True)
+
+    AutoConfig.register = staticmethod(register)  # type: ignore[method-assign]
 
 
 def install() -> None:
@@ -103,7 +128,20 @@ def _no_pinning() -> None:
     except ImportError:
         pass
     assert base is not None
-    original = base.__init__
+    _unpinned(base)
+    try:  # the Mamba host pool sets its own pinning (it does not pass it to the base)
+        from sglang.srt.mem_cache.pool_host import mamba
+
+        _unpinned(mamba.MambaPoolHost)
+    except (ImportError, AttributeError):
+        pass
+
+
+def _unpinned(cls: Any) -> None:
+    """`cls(..., pin_memory=...)` always builds with `pin_memory=False` (once per class)."""
+    original = cls.__dict__["__init__"]
+    if getattr(original, "_unpinned", False):
+        return
     signature = inspect.signature(original)
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -111,7 +149,8 @@ def _no_pinning() -> None:
         bound.arguments["pin_memory"] = False
         original(*bound.args, **bound.kwargs)
 
-    base.__init__ = init
+    init._unpinned = True  # type: ignore[attr-defined]
+    cls.__init__ = init
 
 
 def _mha_host_class() -> Any:
@@ -180,8 +219,26 @@ def _mha_copies_as_indexing() -> None:
 
 
 def _mamba_copies_by_torch() -> None:
-    """Mamba's host pool copies down SGLang's own torch branch (the one NPU takes)."""
-    for name in ("sglang.srt.mem_cache.pool_host.mamba", "sglang.srt.mem_cache.memory_pool_host"):
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "_is_npu"):
-            module._is_npu = True  # type: ignore[attr-defined]
+    """Mamba's host pool copies down SGLang's own torch branch: the one its `kernel_ascend`
+    io backend takes in the default `sync` mode (`pool_host/mamba.py:_copy_tensor_pf_lf`,
+    `_copy_tensor_all_layers_lf_pf`), index_select/index_copy between the same tensors."""
+    try:
+        from sglang.srt.mem_cache.pool_host import mamba
+    except ImportError:
+        return
+    host = mamba.MambaPoolHost
+    for name in ("backup_from_device_all_layer", "load_to_device_per_layer"):
+        original = host.__dict__[name]
+        if getattr(original, "_torch", False):
+            continue
+        signature = inspect.signature(original)
+
+        def copy(
+            *args: Any, _original: Any = original, _sig: Any = signature, **kwargs: Any
+        ) -> Any:
+            bound = _sig.bind(*args, **kwargs)
+            bound.arguments["io_backend"] = "kernel_ascend"
+            return _original(*bound.args, **bound.kwargs)
+
+        copy._torch = True  # type: ignore[attr-defined]
+        setattr(host, name, copy)

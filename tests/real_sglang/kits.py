@@ -1,9 +1,11 @@
 """Per-release builders of a real `buffer_only` UnifiedRadixCache with the file backend.
 
 0.5.23 ships test kits (`sglang/test/kits/unified_radix_cache/`) that build the cache, its
-pools and its HiCache controller; `Kit0523` drives them. Each method is one thing the driver
-needs (build an instance, play one request, back a sequence up, read the beliefs), so a release
-without a kit (0.5.19) would supply its own fixture behind the same methods.
+pools and its HiCache controller; `Kit0523` drives them (FULL+SWA, and FULL+Mamba, which the
+kit's buffer_only builder skips and `_build_mamba` builds with the kit's own `_init_hicache`).
+Each method is one thing the driver needs (build an instance, play one request, back a sequence
+up, read the beliefs); 0.5.19 ships no kit and supplies its own fixture behind the same methods
+(`kit0519.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,19 @@ from typing import Any
 
 from tests.real_sglang import cpu
 
+HANG_S = 120.0
+"""How long a pump waits before it calls the step hung (the first prefetch of a process waits
+for the storage threads' lazy imports, slow on a loaded machine)."""
+
 
 def for_release(release: str) -> Any:
     if release == "0.5.23":
         return Kit0523()
-    raise ValueError(f"no real-SGLang fixture for {release} (only 0.5.23 ships test kits)")
+    if release == "0.5.19":
+        from tests.real_sglang.kit0519 import Kit0519
+
+        return Kit0519()
+    raise ValueError(f"no real-SGLang fixture for {release}")
 
 
 def _test_case(bases: tuple[type, ...]) -> Any:
@@ -42,6 +52,15 @@ def out_of_window(case: dict[str, Any], tokens: int) -> int:
     return max(0, tokens - -(-window // page) * page)
 
 
+def aux_pools(case: dict[str, Any]) -> set[str]:
+    """The case's aux pools (their served pages are recorded even when none)."""
+    return {
+        name
+        for name, on in (("swa", case.get("window_tokens")), ("mamba", case.get("mamba")))
+        if on
+    }
+
+
 class Kit0523:
     def __init__(self) -> None:
         from sglang.test.kits.unified_radix_cache import storage
@@ -60,20 +79,47 @@ class Kit0523:
         components = [ComponentType.FULL]
         if case.get("window_tokens"):
             components.append(ComponentType.SWA)
+        mamba = bool(case.get("mamba"))
+        if mamba:
+            components.append(ComponentType.MAMBA)
         self.fixture.cfg = CacheConfig(
             page_size=case["page_size"],
             components=tuple(components),
             sliding_window_size=case.get("window_tokens"),
             kv_size=case.get("device_tokens", 1024),
             max_context_len=1024,
+            # Mamba with pages over one token needs the extra (ping-pong) buffer
+            enable_mamba_extra_buffer=mamba and case["page_size"] > 1,
+            mamba_cache_size=60,
         )
-        cache, allocator, req_to_token = self.fixture._build_buffer_hicache_fixture(storage_dir)
+        if mamba:
+            cache, allocator, req_to_token = self._build_mamba(storage_dir)
+        else:
+            built = self.fixture._build_buffer_hicache_fixture(storage_dir)
+            cache, allocator, req_to_token = built
         entries = case.get("existence_entries")
         if entries:
             cache.storage_existence_cache.max_entries = entries
             for pool in cache.storage_existence_cache._pools.values():
                 pool.max_entries = entries
         return (cache, allocator, req_to_token, case)
+
+    def _build_mamba(self, storage_dir: str) -> Any:
+        """The kit's buffer_only build skips Mamba (its load-back requests are Mocks, and
+        its Mamba coverage is a GPU bit-exact suite); here the same `_init_hicache` call it
+        makes, with real requests at admission (`_consume_staged_prefetch` builds them)."""
+        from sglang.test.kits.unified_radix_cache.fixtures import build_fixture
+
+        fixture = build_fixture(self.fixture.cfg)
+        self.fixture._init_hicache(
+            fixture[0],
+            storage_backend="file",
+            storage_dir=storage_dir,
+            prefetch_threshold=1,
+            host_memory_mode="buffer_only",
+            prefetch_policy="wait_complete",
+        )
+        return fixture
 
     def backend(self, inst: Any) -> Any:
         return inst[0].cache_controller.storage_backend
@@ -120,7 +166,7 @@ class Kit0523:
                 None,
                 matched_prefix_tokens=tokens[:device],
             )
-            deadline = time.time() + 10
+            deadline = time.time() + HANG_S
             while not cache.check_prefetch_progress(handle):
                 cache.check_hicache_events()
                 if time.time() > deadline:
@@ -128,7 +174,7 @@ class Kit0523:
                 time.sleep(0.005)
             pipeline = cache.buffer_pipeline
             if pipeline is not None and pipeline.has_staged(handle):
-                self.fixture._consume_staged_prefetch(cache, handle)
+                self.fixture._consume_staged_prefetch(cache, handle, timeout=HANG_S)
         finally:
             cache._check_hybrid_prefetch_result = original
         if observed.queries:
@@ -142,7 +188,9 @@ class Kit0523:
             completed, hits, kept = checks[-1]
             record["completed_tokens"] = completed
             record["aux_hit_pages"] = {
-                str(getattr(k, "value", k)): int(v) for k, v in hits.items() if v or k == "swa"
+                str(getattr(k, "value", k)): int(v)
+                for k, v in hits.items()
+                if v or k in aux_pools(inst[3])
             }
             record["outcome"] = "success" if kept else "discarded"
         after = int(self._match(cache, tokens).device_prefix_len)
@@ -155,10 +203,12 @@ class Kit0523:
         from sglang.srt.mem_cache.radix_cache import RadixKey
         from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 
-        cache, allocator, _, case = inst
+        cache, allocator, req_to_token, case = inst
         value = self.fixture._alloc(allocator, len(tokens))[: len(tokens)]
         live_from = out_of_window(case, len(tokens))
         params = InsertParams(key=RadixKey(array("q", tokens)), value=value)
+        if case.get("mamba"):  # the finished request's state slot (the kit's `_insert`)
+            params.mamba_value = self.fixture._make_req(req_to_token).kv.mamba_pool_idx[None]
         if live_from:
             params.component_evicted_seqlens = {ComponentType.SWA: live_from}
         cache.insert(params)
@@ -177,6 +227,7 @@ class Kit0523:
             cache,
             lambda: not pipeline.inflight_backup_node_ids and not pipeline.ongoing_backup,
             "buffer backup pipeline did not drain",
+            timeout=HANG_S,
         )
 
     def page_hashes(self, inst: Any, tokens: list[int]) -> dict[tuple[int, ...], str]:

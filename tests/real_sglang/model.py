@@ -2,7 +2,8 @@
 
 Each step is a request arriving 10 s after the previous one, routed to its instance by a
 scripted router, on a cluster whose servers share one storage backend (the file backend of the
-case's release, `buffer_only` host mode, prefetch threshold one page, `wait_complete`). A page
+case's release, `buffer_only` host mode, prefetch threshold one page raised to the release's
+floor, `wait_complete`; FULL+SWA, or FULL+Mamba for a Mamba case). A page
 of a segment is a chained page key, so sequences that share segments share keys. Faults act on
 the simulator's storage pools during the step they name: an object deleted before the step,
 deleted right after the step's hit query, a read that fails at that object, a write of that
@@ -37,6 +38,10 @@ def scenario_doc(case: dict[str, Any], release: str, instances: int) -> dict[str
         model["swa"] = {"window_tokens": case["window_tokens"], "bytes_per_token": 512}
         pools["swa"] = {}
         device["swa_pages"] = device["kv_pages"]
+    if case.get("mamba"):
+        model["mamba"] = {"state_bytes": 65536}
+        pools["mamba"] = {}
+        device["mamba_slots"] = 60
     doc: dict[str, Any] = {
         "name": re.sub(r"[^A-Za-z0-9_.-]+", "-", case["name"]).strip("-"),
         "seed": 1,

@@ -2,11 +2,11 @@
 
 Run in its own process with that release's unpacked wheel first on `sys.path`:
 `python -m tests.real_sglang.real RELEASE CASES_JSON OUT_JSON`. Each case builds one cache per
-instance it names, all sharing one file-backend directory (`buffer_only` host mode, FULL+SWA),
-and plays its steps in order. A step is one request: match on the device, prefetch the rest
-from storage, let the prefetch complete and admit it, insert the whole sequence, back it up and
-wait for the write. That order is the driver's emulation of the scheduler (admission and backup
-timing); every decision inside it is SGLang's own code.
+instance it names, all sharing one file-backend directory (`buffer_only` host mode, FULL+SWA or
+FULL+Mamba), and plays its steps in order. A step is one request: match on the device, prefetch
+the rest from storage, let the prefetch complete and admit it, insert the whole sequence, back
+it up and wait for the write. That order is the driver's emulation of the scheduler (admission
+and backup timing); every decision inside it is SGLang's own code.
 
 Faults act on the storage objects of one step: `delete` removes the object before the hit
 query, `vanish` removes it right after the query answered, `read_fail` makes its read return
@@ -54,7 +54,10 @@ class Case:
         self.instances: dict[str, Any] = {}
         self.hashes: dict[tuple[int, ...], str] = {}
         self.log = _Log()
-        logging.getLogger("sglang").addHandler(self.log)
+        logger = logging.getLogger("sglang")
+        logger.addHandler(self.log)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)  # 0.5.19 leaves it to the root's ERROR
 
     def instance(self, name: str) -> Any:
         if name not in self.instances:
@@ -246,7 +249,7 @@ def run_cases(release: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 def main(argv: list[str]) -> int:
     release, cases_path, out_path = argv
-    cpu.prepare()
+    cpu.prepare(release)
     logging.basicConfig(level=logging.ERROR)
     with open(cases_path) as handle:
         cases = json.load(handle)

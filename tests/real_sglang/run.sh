@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=tests/real_sglang
 venv=.cache/real-sglang-venv
-releases="0.5.23"
+releases="0.5.23 0.5.19"
 cases=$(python3 -c "from tests.real_sglang.cases import CASES; print(len(CASES))")
 python3 -m venv "$venv"
 pip=("$venv/bin/pip" install -q --disable-pip-version-check -c "$here/constraints.txt")
@@ -30,6 +30,8 @@ for release in $releases; do
     wheel=$(python3 -c "from tests.conformance.releases import _wheel; print(_wheel('$release'))")
     rm -rf "$target"
     "${pip[@]}" --no-deps --target "$target" "$wheel"
+    # 0.5.19's server arguments import xgrammar at top level (its pinned release)
+    if [ "$release" = "0.5.19" ]; then "${pip[@]}" --no-deps --target "$target" xgrammar==0.2.1; fi
     touch "$target/.installed"
   fi
 done
