@@ -108,7 +108,8 @@ def foreign(
         return None
     differs = differences(_read_origin(directory), here)
     why = "; ".join(differs) if differs else "another scenario file, --set or --seeds"
-    return f"holds {strangers:,} runs of another {noun}, which this one would not make ({why})"
+    runs = "1 run" if strangers == 1 else f"{strangers:,} runs"
+    return f"holds {runs} of another {noun}, which this one would not make ({why})"
 
 
 def differences(there: dict[str, Any] | None, here: dict[str, Any]) -> list[str]:

@@ -67,6 +67,10 @@ def test_a_capacity_rerun_with_fewer_seeds_is_refused_naming_them(tmp_path: Path
     assert _files(out) == before and _stamps(out) == stamps, "nothing replaced"
     forced = ok(_capacity(path, out, "--force", seeds=2))  # --force replaces, at the end
     assert "n=2" in forced.output and len(task_records(out)) == 2
+    stamps = _stamps(out)
+    more = ok(_capacity(path, out, seeds=3))  # more seeds only add runs: resumed, as a sweep
+    assert "n=3" in more.output and len(task_records(out)) == 3
+    assert all(_stamps(out)[name] == stamp for name, stamp in stamps.items()), "reused"
 
 
 def test_a_capacity_rerun_with_another_set_is_refused_naming_it(tmp_path: Path) -> None:
