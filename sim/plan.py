@@ -27,7 +27,13 @@ import pandas as pd
 from sim.capacity import check_target, interval_meets
 from sim.documents import overlapping, parse_override
 from sim.outputs.files import replace_file
-from sim.results.directories import MARKER, MARKER_TEXT, StudyKind, check_study_out
+from sim.results.directories import (
+    MARKER,
+    MARKER_TEXT,
+    RunsDiffer,
+    StudyKind,
+    check_study_out,
+)
 from sim.results.layout import PLAN, TASKS
 from sim.scenario import Scenario, ScenarioError, SweepSpec, build_scenario, point_document
 from sim.stats import confidence
@@ -366,10 +372,13 @@ def pareto(points: list[Point], metric: str, op: str) -> list[Point]:
 PLAN_KIND = StudyKind("plan", "plan", PLAN, frozenset((TASKS, MARKER, PLAN, EVALUATIONS, FRONTIER)))
 
 
-def check_plan_out(target: Path, name: str, force: bool) -> bool:
+def check_plan_out(
+    target: Path, name: str, force: bool, runs_differ: RunsDiffer | None = None
+) -> bool:
     """A plan's `--out`: it resumes only into a plan of the same scenario (an interrupted one
-    holds only `tasks/`); anything else needs `--force` (True: replace it once complete)."""
-    return check_study_out(target, name, force, PLAN_KIND)
+    holds only `tasks/`) whose runs are all this plan's (sim.resume); anything else needs
+    `--force` (True: replace it once complete)."""
+    return check_study_out(target, name, force, PLAN_KIND, runs_differ)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:

@@ -229,7 +229,8 @@ def interrupted(target: Path, work: Path) -> str:
         return f"interrupted; nothing was replaced: {target} is as it was before"
     return (
         f"interrupted after {finished_runs(target / TASKS)} finished runs; they are kept in "
-        f"{target / TASKS} and a rerun with --out {target} reuses them"
+        f"{target / TASKS} and the same command again (the same --seeds and --set) with "
+        f"--out {target} reuses them"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import click
@@ -21,6 +22,7 @@ from sim.cli.app import (
 )
 from sim.results.directories import only_writer, replaced_at_end
 from sim.results.layout import TASKS
+from sim.resume import foreign, origin, planned, write_origin
 
 
 @cli.command("plan")
@@ -79,13 +81,17 @@ def plan_cmd(
         executor=executor,
         workers=workers,
     )
-    replace = check_plan_out(target_dir, sc.name, force)  # after every check
+    made = origin("plan", scenario, overrides, seeds, axes=list(axes))
+    keys = {task.key for task in search.tasks}
+    why = partial(foreign, belongs=planned(keys), here=made, noun="plan", known=keys)
+    replace = check_plan_out(target_dir, sc.name, force, why)  # after every check
     points = search.runs // seeds
     click.echo(
         f"{points} deployments × {seeds} seeds = {search.runs} runs into {target_dir}", err=True
     )
     with only_writer(target_dir), replaced_at_end(target_dir, replace) as work:
         search.out = work
+        write_origin(work, made)
         try:
             answer = search.run()
         except KeyboardInterrupt:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from sim.results.directories import (
     replaced_at_end,
 )
 from sim.results.layout import CONFIG, TASKS
+from sim.resume import capacity_runs, foreign, origin, planned, write_origin
 from sim.scenario import (
     ScenarioError,
 )
@@ -87,12 +89,25 @@ def sweep_cmd(
         "target": sc.sweep.target if sc.sweep else None,
         **meta(0.0, sc.seed),
     }
-    check_sweep_out(target, sc.name, {task.key for task in tasks})
+    keys = {task.key for task in tasks}
+    check_sweep_out(target, sc.name, keys)
+    work = target if target.exists() else staging_dir(target)
+    made = origin("sweep", scenario, overrides, seeds or (sc.sweep.seeds if sc.sweep else 0))
+    why = foreign(work, planned(keys), made, "sweep", keys)
+    if why is not None:
+        fix = "" if work == target else f"remove {work} to start afresh, "
+        raise ScenarioError(
+            "--out",
+            None,
+            f"{work} {why}; resuming would mix them into this sweep's tables: {fix}"
+            "choose another --out, or rerun the command that made it",
+        )
     if scheduler is not None:
         connect_scheduler(scheduler).close()
     click.echo(f"{len(tasks)} runs into {target}", err=True)
     try:
         with only_writer(target):
+            write_origin(work, made)
             outcome = run_sweep(
                 tasks,
                 target,
@@ -216,9 +231,14 @@ def capacity_cmd(
         sc, scenario, param, target, seeds, target_dir, executor=executor, workers=workers
     )
     search.given = question.given
-    replace = check_capacity_out(target_dir, sc.name, force)  # after every check
+    made = origin("capacity", scenario, overrides, seeds, param=param)
+    mine = partial(foreign, belongs=capacity_runs(sc, scenario, param, seeds), here=made)
+    replace = check_capacity_out(  # after every check
+        target_dir, sc.name, force, partial(mine, noun="capacity search")
+    )
     with only_writer(target_dir), replaced_at_end(target_dir, replace) as work:
         search.out = work
+        write_origin(work, made)
         try:
             if values is not None:
                 answer = search.scan(question.numbers)

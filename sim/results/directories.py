@@ -261,14 +261,23 @@ CAPACITY_KIND = StudyKind(
 )
 
 
-def check_capacity_out(target: Path, name: str, force: bool) -> bool:
+def check_capacity_out(
+    target: Path, name: str, force: bool, runs_differ: RunsDiffer | None = None
+) -> bool:
     """A capacity search's `--out` (see `check_study_out`)."""
-    return check_study_out(target, name, force, CAPACITY_KIND)
+    return check_study_out(target, name, force, CAPACITY_KIND, runs_differ)
 
 
-def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> bool:
+RunsDiffer = Callable[[Path], str | None]
+"""Why a directory's runs are not this command's (`sim.resume.foreign`), or None."""
+
+
+def check_study_out(
+    target: Path, name: str, force: bool, kind: StudyKind, runs_differ: RunsDiffer | None = None
+) -> bool:
     """A search resumes into an existing `--out` only if it is a directory of the same kind
-    and scenario; anything else needs `--force`, which replaces only a result directory of this
+    and scenario whose runs are all runs this search would make (`runs_differ`, the rule of
+    sim.resume); anything else needs `--force`, which replaces only a result directory of this
     tool (never a folder of the user's, a symbolic link, the working directory or a parent of
     it). True when `target` is to be replaced: nothing is deleted here, the new search is
     built aside and replaces it only once complete (`replaced_at_end`)."""
@@ -278,6 +287,15 @@ def check_study_out(target: Path, name: str, force: bool, kind: StudyKind) -> bo
     if not target.exists():
         return False
     why = _not_study_of(target, name, kind)
+    if why is None and runs_differ is not None:
+        why = runs_differ(target)
+        if why is not None and not force:
+            raise ScenarioError(
+                "--out",
+                None,
+                f"{target} {why}; resuming would mix them into this {kind.noun}'s answer: "
+                "choose another --out, rerun the command that made it, or --force to replace it",
+            )
     if why is None:
         return False
     if not force:

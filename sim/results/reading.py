@@ -213,14 +213,15 @@ class SweepDir:
 
 def task_records(directory: Path) -> list[dict[str, Any]]:
     """The finished runs a sweep or capacity search keeps in tasks/, in (point, seed) order; a
-    file that is not one (a failure, junk a resume would redo) is left out."""
+    file that is not one (a failure, junk a resume would redo, a run copied under another
+    run's name, which would count twice) is left out."""
     records = []
     for path in sorted((directory / TASKS).glob("*.json")):
         try:
             record = json.loads(read_text_bounded(path))
         except (OSError, ValueError):
             continue
-        if _is_task_record(record):
+        if _is_task_record(record) and record.get("key", path.stem) == path.stem:
             records.append(record)
     return sorted(records, key=lambda r: (r["point"], r["seed_index"]))
 
