@@ -1,8 +1,9 @@
 """The end-to-end oracle: every case on real SGLang and on the simulator, compared field by field.
 
-`python -m tests.real_sglang [--releases 0.5.23,0.5.19] [--table PATH] [-k SUBSTRING]` (run.sh
-installs what it needs first). Real SGLang runs one process per release (`real.py`, with that
-release's unpacked wheel on the path); the simulator runs here. A case passes when every field
+`python -m tests.real_sglang [--releases 0.5.23,0.5.19] [--write-docs] [-k SUBSTRING]` (run.sh
+installs what it needs first; `--write-docs` writes the case table into docs/fidelity.md). Real
+SGLang runs one process per release (`real.py`, with that release's unpacked wheel on the path);
+the simulator runs here. A case passes when every field
 of every step agrees; a case marked `simplification` must disagree (its reason says why the
 driver or the model cannot match there), and fails if it agrees. The last line is
 `N passed, M failed`; the exit status is 1 when M > 0.
@@ -25,7 +26,9 @@ from tests.real_sglang.model import run_case
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS = ROOT / ".cache" / "real-sglang"
 """Each release's wheel installed with `pip install --no-deps --target` (run.sh)."""
-TABLE = Path(__file__).with_name("cases.md")
+DOC = ROOT / "docs" / "fidelity.md"
+START, END = "<!-- real-sglang cases: start -->", "<!-- real-sglang cases: end -->"
+"""Where `--write-docs` puts the case table in docs/fidelity.md."""
 
 FIELDS = (
     "device_tokens",
@@ -75,7 +78,9 @@ def differences(real: list[dict[str, Any]], ours: list[dict[str, Any]]) -> list[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.real_sglang")
     parser.add_argument("--releases", default="0.5.23")
-    parser.add_argument("--table", type=Path, default=TABLE)
+    parser.add_argument(
+        "--write-docs", action="store_true", help="write the case table into docs/fidelity.md"
+    )
     parser.add_argument("-k", default="", help="only the cases whose name contains this")
     parser.add_argument("-v", action="store_true", help="print both records of every step")
     args = parser.parse_args(argv)
@@ -106,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             for note in notes if (not ok or simplified) else []:
                 print(f"    {note}")
             rows.append((case, release, label, simplified))
-    args.table.write_text(table(rows))
+    if args.write_docs and not args.k:
+        text = DOC.read_text()
+        head, _, rest = text.partition(START)
+        _, _, tail = rest.partition(END)
+        DOC.write_text(f"{head}{START}\n{table(rows)}{END}{tail}")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -3,7 +3,8 @@
 # simulator, compared field by field (tests/real_sglang/__main__.py). Installs its own venv in
 # .cache/real-sglang-venv and each release's wheel in .cache/real-sglang/RELEASE (both ignored by
 # git, reused when present). Where the CPU build of torch 2.13.0 is not on this machine's disk it
-# says so and reports every case skipped. Arguments go to the driver (--releases, -k, -v).
+# says so and reports every case skipped. Arguments go to the driver (--releases, -k, -v,
+# --write-docs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=tests/real_sglang
