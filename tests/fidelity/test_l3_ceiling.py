@@ -43,7 +43,9 @@ def small_device_doc(trace: Path, **model: Any) -> dict[str, Any]:
             "pools": pools,
         },
         "existence_cache": {"entries": 10**7},
-        "prefetch": {"policy": "wait_complete", "threshold_tokens": 0},
+        # The same threshold (none) for the KV-only and the hybrid model: what each can
+        # restore is compared, not SGLang's raised floor of one SWA window (0.5.20 on).
+        "prefetch": {"policy": "wait_complete", "threshold_tokens": 0, "threshold_floor": "page"},
         "compute": {"prefill_tokens_per_s": 1e12, "decode_ms_per_token": 0.0},
         "workload": {"kind": "mooncake", "path": str(trace), "block_tokens": BLOCK},
     }
