@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sim.deployment.resolve import get
+
 TTFT_P50_LIMIT_S = 10.0
-"""A median time to first token above this is a queue, not a prefill (an interactive server's
-median is well under a second; SGLang's own benchmarks report tens to hundreds of ms)."""
+"""A median time to first token above this is a queue, not a prefill: ten times the one-second
+scale of an interactive TTFT target (a chosen bound, stated in docs/reliability.md)."""
 UNFINISHED_SHARE = 0.01
 """Requests still unfinished at the horizon, as a share of those counted, above which the run is
 called overloaded (a few in flight at the end are normal)."""
@@ -67,7 +69,7 @@ def config_overload(
     """`overload_reasons` with the rate and the measured window read from a resolved scenario
     document (a run directory's config.resolved.yaml, or `scenario_document`), under a sweep
     point's own values of those keys. A cluster's servers prefill side by side."""
-    values = {key: _lookup(config, key) for key in _SETTINGS} | {
+    values = {key: get(dict(config), key) for key in _SETTINGS} | {
         key: value for key, value in (point or {}).items() if key in _SETTINGS
     }
     rate = values["compute.prefill_tokens_per_s"]
@@ -102,15 +104,6 @@ def study_overload(tasks: Path, config: Mapping[str, Any], what: str) -> str | N
         f"{overloaded:,} of {total:,} runs of this {what} were overloaded ({first}). Their "
         f"storage figures describe a queue, and an answer from them sizes the wrong thing: {_FIX}"
     )
-
-
-def _lookup(doc: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = doc
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
-    return value
 
 
 def overload_warning(reasons: list[str], where: str = "the run") -> str | None:
