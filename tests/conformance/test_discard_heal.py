@@ -20,26 +20,18 @@ from typing import Any
 
 import pytest
 
-from sim.heal import RULES, DiscardView
-from sim.model.backup import WritePath
-from sim.model.existence import ExistenceCache
-from sim.model.host import HostPool
-from sim.model.loops import LoopTracker
 from sim.model.pools import KV
 from sim.model.prefetch import (
-    Prefetcher,
     PrefetchOp,
-    PrefetchTimeout,
-    RetryBudget,
     plan_aux_transfers,
 )
 from tests.conformance import releases
+from tests.conformance.heal_sides import PAGE, ModelSide, ReleaseSide
 from tests.conformance.profiles import heal_after_deadline, profile
 from tests.conformance.tally import agree
-from tests.model_helpers import make_storage, make_tree
+from tests.model_helpers import make_storage
 
 CASES = 600
-PAGE = 4
 WITH_BELIEFS = [r for r in releases.RELEASES if releases.module(r, "buffer_mode") is not None]
 LAYOUTS = (("kv", "swa"), ("kv", "mamba"), ("kv", "swa", "mamba"))
 
@@ -97,34 +89,18 @@ def _discarded(op: PrefetchOp) -> bool:
 
 def _ours(release: str, case: dict[str, Any], op: PrefetchOp) -> dict[str, list[int]]:
     beliefs, heal, after_deadline = model_settings(release)
-    per_pool = beliefs == "per_pool"
     storage = make_storage({p: [] for p in case["pools"]}, case["window_pages"])
-    aux_beliefs = {p: ExistenceCache(100) for p in case["pools"] if p != KV and per_pool}
-    path = WritePath(
-        ExistenceCache(100), storage, make_tree().root, buffer_only=True, aux_beliefs=aux_beliefs
-    )
-    path.existence.add(case["prior"][KV])
-    for pool, cache in aux_beliefs.items():
-        cache.add(case["prior"][pool])
-    rule = RULES[heal]
-    prefetcher = Prefetcher(
-        storage=storage,
-        host=HostPool(1000),
-        write_path=path,
-        loops=LoopTracker(),
-        heal=lambda o: rule(DiscardView(o, PAGE, storage)),
+    model = ModelSide(
+        case,
+        storage,
+        per_pool=beliefs == "per_pool",
+        heal=heal,
         hit_query="min_of_pools",
-        policy="timeout",
-        timeout=PrefetchTimeout(1.0, 0.25, PAGE),
-        threshold_pages=1,
-        retry=RetryBudget(0, 0),
         heal_after_deadline=after_deadline,
     )
-    prefetcher.host.alloc_prefetch(op.hit_pages)
-    prefetcher.resolve(op, 1.0)
-    out = {KV: sorted(path.existence._lru)}
-    out.update({p: sorted(c._lru) for p, c in aux_beliefs.items()})
-    return out
+    model.prefetcher.host.alloc_prefetch(op.hit_pages)
+    model.prefetcher.resolve(op, 1.0)
+    return model.beliefs()
 
 
 class _Request:
@@ -172,15 +148,8 @@ def _theirs(release: str, case: dict[str, Any], op: PrefetchOp) -> dict[str, lis
     store = releases.module(release, "hicache_storage")
     sec = releases.module(release, "buffer_mode.storage_existence_cache")
     assert urc is not None and store is not None and sec is not None
-    names = {KV: store.PoolName.KV, "swa": store.PoolName.SWA, "mamba": store.PoolName.MAMBA}
-    cache = sec.StorageExistenceCache(100)
-    per_pool = hasattr(sec, "PoolExistenceBeliefs")
-    for pool, keys in case["prior"].items():
-        hashes = [str(k) for k in keys]
-        if per_pool:
-            cache.pool(names[pool]).add(hashes)
-        else:
-            cache.add(names[pool], hashes)
+    side = ReleaseSide(store, sec, case)
+    names = side.names
     transfers = [
         types.SimpleNamespace(
             name=names[t.pool],
@@ -201,7 +170,7 @@ def _theirs(release: str, case: dict[str, Any], op: PrefetchOp) -> dict[str, lis
         pool_transfers_done=True,
     )
     hash_value = [str(k) for k in op.hit_span]
-    me = _Self(urc, cache)
+    me = _Self(urc, side.cache)
     request = _Request("r1")
     me.ongoing_prefetch[request] = None
     me.ongoing_prefetch["r1"] = None
@@ -216,15 +185,7 @@ def _theirs(release: str, case: dict[str, Any], op: PrefetchOp) -> dict[str, lis
         else:
             ok = method(me, request, operation, hash_value, list(range(op.hit_pages * PAGE)))
     assert ok is False
-    out: dict[str, list[int]] = {}
-    for pool in case["pools"]:
-        if per_pool:
-            held = list(cache.pool(names[pool])._entries)
-        else:
-            held = [h for p, h in cache._entries if p == names[pool]]
-        if per_pool or pool == KV:
-            out[pool] = sorted(int(h) for h in held)
-    return out
+    return side.beliefs()
 
 
 @pytest.mark.parametrize("release", WITH_BELIEFS)

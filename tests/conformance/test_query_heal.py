@@ -21,20 +21,15 @@ from typing import Any
 
 import pytest
 
-from sim.heal import RULES, DiscardView
-from sim.model.backup import WritePath
-from sim.model.existence import ExistenceCache
-from sim.model.host import HostPool
-from sim.model.loops import LoopTracker
 from sim.model.pools import KV
-from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
+from sim.model.prefetch import PrefetchOp
 from tests.conformance import releases
+from tests.conformance.heal_sides import PAGE, ModelSide, ReleaseSide
 from tests.conformance.profiles import heal_after_deadline, profile
 from tests.conformance.tally import agree
-from tests.model_helpers import make_storage, make_tree
+from tests.model_helpers import make_storage
 
 CASES = 600
-PAGE = 4
 WITH_BELIEFS = [r for r in releases.RELEASES if releases.module(r, "buffer_mode") is not None]
 LAYOUTS = (("kv", "swa"), ("kv", "mamba"), ("kv", "swa", "mamba"))
 
@@ -68,35 +63,18 @@ def _case(rng: random.Random) -> dict[str, Any]:
 
 def _ours(release: str, case: dict[str, Any]) -> dict[str, list[int]]:
     beliefs, hit_query, after_deadline = model_settings(release)
-    storage = make_storage(case["stored"], case["window_pages"])
-    per_pool = beliefs == "per_pool"
-    aux_beliefs = {p: ExistenceCache(100) for p in case["pools"] if p != KV and per_pool}
-    path = WritePath(
-        ExistenceCache(100), storage, make_tree().root, buffer_only=True, aux_beliefs=aux_beliefs
-    )
-    path.existence.add(case["prior"][KV])
-    for pool, cache in aux_beliefs.items():
-        cache.add(case["prior"][pool])
-    rule = RULES["per_pool"]
-    prefetcher = Prefetcher(
-        storage=storage,
-        host=HostPool(1000),
-        write_path=path,
-        loops=LoopTracker(),
-        heal=lambda o: rule(DiscardView(o, PAGE, storage)),
+    model = ModelSide(
+        case,
+        make_storage(case["stored"], case["window_pages"]),
+        per_pool=beliefs == "per_pool",
+        heal="per_pool",
         hit_query=hit_query,
-        policy="timeout",
-        timeout=PrefetchTimeout(1.0, 0.25, PAGE),
-        threshold_pages=1,
-        retry=RetryBudget(0, 0),
         heal_after_deadline=after_deadline,
     )
     op = PrefetchOp(1, 0, case["span"], 0.0)
     op.terminated = case["stopped"]
-    prefetcher.query(op, 0.0)
-    out = {KV: sorted(path.existence._lru)}
-    out.update({p: sorted(c._lru) for p, c in aux_beliefs.items()})
-    return out
+    model.prefetcher.query(op, 0.0)
+    return model.beliefs()
 
 
 class _Backend:
@@ -125,7 +103,8 @@ def _theirs(release: str, case: dict[str, Any]) -> dict[str, list[int]]:
     store = releases.module(release, "hicache_storage")
     sec = releases.module(release, "buffer_mode.storage_existence_cache")
     assert urc is not None and store is not None and sec is not None
-    names = {KV: store.PoolName.KV, "swa": store.PoolName.SWA, "mamba": store.PoolName.MAMBA}
+    side = ReleaseSide(store, sec, case)
+    names = side.names
     span, window = case["span"], case["window_pages"]
     tails = {"swa": min(window, len(span)), "mamba": 1}
     transfers = [
@@ -146,16 +125,8 @@ def _theirs(release: str, case: dict[str, Any]) -> dict[str, list[int]]:
     reported = result.extra_pool_hit_pages
     verdicts = {names[KV]: reported.get(names[KV], folded)}
     verdicts.update({t.name: reported[t.name] for t in transfers if t.name in reported})
-    cache = sec.StorageExistenceCache(100)
-    per_pool = hasattr(sec, "PoolExistenceBeliefs")
-    for pool, keys in case["prior"].items():
-        hashes = [str(k) for k in keys]
-        if per_pool:
-            cache.pool(names[pool]).add(hashes)
-        else:
-            cache.add(names[pool], hashes)
     me = types.SimpleNamespace(
-        page_size=PAGE, storage_existence_cache=cache, host_memory_mode="buffer_only"
+        page_size=PAGE, storage_existence_cache=side.cache, host_memory_mode="buffer_only"
     )
     me.components = {}
     if hasattr(urc.UnifiedRadixCache, "_belief_policy"):
@@ -169,15 +140,7 @@ def _theirs(release: str, case: dict[str, Any]) -> dict[str, list[int]]:
     )
     with releases.active(release):
         urc.UnifiedRadixCache._invalidate_absent_from_hit_query(me, operation)
-    out: dict[str, list[int]] = {}
-    for pool in case["pools"]:
-        if per_pool:
-            held = list(cache.pool(names[pool])._entries)
-        else:
-            held = [h for p, h in cache._entries if p == names[pool]]
-        if per_pool or pool == KV:
-            out[pool] = sorted(int(h) for h in held)
-    return out
+    return side.beliefs()
 
 
 @pytest.mark.parametrize("release", WITH_BELIEFS)
