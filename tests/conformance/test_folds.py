@@ -254,10 +254,23 @@ def _tails(case: dict[str, Any]) -> dict[str, int]:
     return tails
 
 
+def _queried(
+    release: str, backend: str, seed: str
+) -> Iterator[tuple[dict[str, Any], int, dict[str, int]]]:
+    """CASES seeded random stored sets, each held by the release's real backend and queried:
+    (case, the pages it reports, each pool's boundary where it reports one)."""
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as folder, releases.active(release):
+        theirs = _Backend(release, backend, folder)
+        for _ in range(CASES):
+            case = _case(rng)
+            theirs.hold(case["stored"])
+            yield (case, *theirs.query(case["pages"], _tails(case)))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("release", releases.RELEASES)
 def test_hit_query_fold_and_pool_boundaries(release: str, backend: str) -> None:
-    rng = random.Random(f"folds-{release}-{backend}")
     kind = fold(release, backend)
     function = {
         "file": "HiCacheFile.batch_exists_v2",
@@ -266,18 +279,13 @@ def test_hit_query_fold_and_pool_boundaries(release: str, backend: str) -> None:
         "nixl": "HiCacheNixl.batch_exists_v2",
     }[backend]
     separating = 0
-    with tempfile.TemporaryDirectory() as folder, releases.active(release):
-        theirs_backend = _Backend(release, backend, folder)
-        for _ in range(CASES):
-            case = _case(rng)
-            theirs_backend.hold(case["stored"])
-            hit, reported = theirs_backend.query(case["pages"], _tails(case))
-            ours_hit, bounds = _ours(case, kind)
-            separating += _ours(case, "min_of_pools")[0] != _ours(case, "intersect")[0]
-            shown = {**case, "backend": backend, "fold": kind}
-            agree(release, f"hit query ({backend})", function, shown, ours_hit, hit)
-            ours_reported = {pool: bounds[pool] for pool in reported}
-            agree(release, f"pool boundaries ({backend})", function, shown, ours_reported, reported)
+    for case, hit, reported in _queried(release, backend, f"folds-{release}-{backend}"):
+        ours_hit, bounds = _ours(case, kind)
+        separating += _ours(case, "min_of_pools")[0] != _ours(case, "intersect")[0]
+        shown = {**case, "backend": backend, "fold": kind}
+        agree(release, f"hit query ({backend})", function, shown, ours_hit, hit)
+        ours_reported = {pool: bounds[pool] for pool in reported}
+        agree(release, f"pool boundaries ({backend})", function, shown, ours_reported, reported)
     assert separating > 0, "no case told min_of_pools from intersect"
 
 
@@ -292,20 +300,14 @@ def test_hit_query_heal_cut_per_pool(release: str, backend: str) -> None:
     reported boundary, else the folded cut, as `_invalidate_absent_from_hit_query` reads
     `query_pool_hit_pages`) against the model's `query_cuts`: a pool after the one that left
     nothing restorable gets no verdict and heals from the folded cut."""
-    rng = random.Random(f"heal-cuts-{release}-{backend}")
     kind = fold(release, backend)
-    with tempfile.TemporaryDirectory() as folder, releases.active(release):
-        theirs_backend = _Backend(release, backend, folder)
-        for _ in range(CASES):
-            case = _case(rng)
-            theirs_backend.hold(case["stored"])
-            hit, reported = theirs_backend.query(case["pages"], _tails(case))
-            storage = make_storage(case["stored"], window_pages=case["window_pages"])
-            span = list(range(case["pages"]))
-            bounds = query_cuts(storage, span, hit, 0.0, kind)
-            cuts = {pool: reported.get(pool, hit) for pool in case["stored"]}
-            shown = {**case, "backend": backend, "fold": kind}
-            agree(release, f"heal cuts ({backend})", "batch_exists_v2", shown, bounds, cuts)
+    for case, hit, reported in _queried(release, backend, f"heal-cuts-{release}-{backend}"):
+        storage = make_storage(case["stored"], window_pages=case["window_pages"])
+        span = list(range(case["pages"]))
+        bounds = query_cuts(storage, span, hit, 0.0, kind)
+        cuts = {pool: reported.get(pool, hit) for pool in case["stored"]}
+        shown = {**case, "backend": backend, "fold": kind}
+        agree(release, f"heal cuts ({backend})", "batch_exists_v2", shown, bounds, cuts)
 
 
 @pytest.mark.parametrize("release", ["0.5.22", "0.5.23"])
