@@ -81,6 +81,16 @@ def invoke(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args))
 
 
+def tiny_capacity(path: Path, out: Path, *more: str, seeds: int = 2) -> Result:
+    """A capacity search of one value of `device.swa_pages` on `path` (a target every run
+    meets), serial, into `out`: the smallest search the result-directory tests resume."""
+    return invoke(
+        "capacity", str(path), "--param", "device.swa_pages", "--target", "requests>=1",
+        "--values", "400", "--seeds", str(seeds), "--executor", "serial", "--out", str(out),
+        *more,
+    )  # fmt: skip
+
+
 def ok(result: Result) -> Result:
     assert result.exit_code == 0, (result.exit_code, result.output, result.stderr)
     return result

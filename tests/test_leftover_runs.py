@@ -14,7 +14,7 @@ import yaml
 from click.testing import Result
 
 from sim.results.reading import task_records
-from tests.conftest import TINY_SWEEP, invoke, make_doc, ok
+from tests.conftest import TINY_SWEEP, invoke, make_doc, ok, tiny_capacity
 
 SMALL = {**TINY_SWEEP, "workload.requests": 40, "duration_s": 30}
 SWA = "storage.pools.swa.capacity_gb"
@@ -28,26 +28,6 @@ def _scenario(tmp_path: Path, **overrides: Any) -> Path:
     return path
 
 
-def _capacity(path: Path, out: Path, *more: str, seeds: int = 2) -> Result:
-    return invoke(
-        "capacity",
-        str(path),
-        "--param",
-        "device.swa_pages",
-        "--target",
-        "requests>=1",
-        "--values",
-        "400",
-        "--seeds",
-        str(seeds),
-        "--executor",
-        "serial",
-        "--out",
-        str(out),
-        *more,
-    )
-
-
 def _files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
 
@@ -58,26 +38,26 @@ def _stamps(out: Path) -> dict[str, int]:
 
 def test_a_capacity_rerun_with_fewer_seeds_is_refused_naming_them(tmp_path: Path) -> None:
     path, out = _scenario(tmp_path), tmp_path / "cap"
-    ok(_capacity(path, out, seeds=3))
+    ok(tiny_capacity(path, out, seeds=3))
     before, stamps = _files(out), _stamps(out)
-    result = _capacity(path, out, seeds=2)
+    result = tiny_capacity(path, out, seeds=2)
     assert result.exit_code == 2, result.output
     assert "--seeds: 2 here, 3 in the directory" in result.output
     assert "Traceback" not in result.output
     assert _files(out) == before and _stamps(out) == stamps, "nothing replaced"
-    forced = ok(_capacity(path, out, "--force", seeds=2))  # --force replaces, at the end
+    forced = ok(tiny_capacity(path, out, "--force", seeds=2))  # --force replaces, at the end
     assert "n=2" in forced.output and len(task_records(out)) == 2
     stamps = _stamps(out)
-    more = ok(_capacity(path, out, seeds=3))  # more seeds only add runs: resumed, as a sweep
+    more = ok(tiny_capacity(path, out, seeds=3))  # more seeds only add runs: resumed, as a sweep
     assert "n=3" in more.output and len(task_records(out)) == 3
     assert all(_stamps(out)[name] == stamp for name, stamp in stamps.items()), "reused"
 
 
 def test_a_capacity_rerun_with_another_set_is_refused_naming_it(tmp_path: Path) -> None:
     path, out = _scenario(tmp_path), tmp_path / "cap"
-    ok(_capacity(path, out))
+    ok(tiny_capacity(path, out))
     before = _files(out)
-    result = _capacity(path, out, "--set", "workload.requests=30")
+    result = tiny_capacity(path, out, "--set", "workload.requests=30")
     assert result.exit_code == 2, result.output
     assert "--set: workload.requests=30 here, none in the directory" in result.output
     assert _files(out) == before and len(task_records(out)) == 2
@@ -87,11 +67,11 @@ def test_the_same_capacity_arguments_resume_reusing_every_run_and_only_them(
     tmp_path: Path,
 ) -> None:
     path, out = _scenario(tmp_path), tmp_path / "cap"
-    ok(_capacity(path, out))
+    ok(tiny_capacity(path, out))
     stamps = _stamps(out)
     assert len(stamps) == 2
-    _capacity(path, out, "--set", "workload.requests=30")  # refused: adds nothing
-    ok(_capacity(path, out))
+    tiny_capacity(path, out, "--set", "workload.requests=30")  # refused: adds nothing
+    ok(tiny_capacity(path, out))
     assert _stamps(out) == stamps, "every run reused, none rewritten, none added"
     evaluations = pd.read_csv(out / "evaluations.csv")
     assert list(evaluations["n"]) == [len(task_records(out))] == [2]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sim.scenario import build_scenario
-from tests.conftest import TINY_SWEEP, invoke, make_doc
+from tests.conftest import TINY_SWEEP, invoke, make_doc, tiny_capacity
 
 SMALL = {**TINY_SWEEP, "workload.requests": 40, "duration_s": 30}
 
@@ -30,30 +30,10 @@ def _sweep(path: Path, out: Path, *more: str) -> object:
     return invoke("sweep", str(path), "--executor", "serial", "--out", str(out), *more)
 
 
-def _capacity(path: Path, out: Path, *more: str) -> object:
-    return invoke(
-        "capacity",
-        str(path),
-        "--param",
-        "device.swa_pages",
-        "--target",
-        "requests>=1",
-        "--values",
-        "400",
-        "--seeds",
-        "2",
-        "--executor",
-        "serial",
-        "--out",
-        str(out),
-        *more,
-    )
-
-
 def test_capacity_replaces_planted_symlinks_instead_of_writing_through(tmp_path: Path) -> None:
     path = _sweep_file(tmp_path)
     out = tmp_path / "cap"
-    assert _capacity(path, out).exit_code == 0  # type: ignore[attr-defined]
+    assert tiny_capacity(path, out).exit_code == 0  # type: ignore[attr-defined]
     victims = {}
     for name in ("evaluations.csv", "capacity.json"):
         victim = tmp_path / f"victim-{name}"
@@ -61,7 +41,7 @@ def test_capacity_replaces_planted_symlinks_instead_of_writing_through(tmp_path:
         (out / name).unlink()
         (out / name).symlink_to(victim)
         victims[name] = victim
-        result = _capacity(path, out)
+        result = tiny_capacity(path, out)
         if name == "evaluations.csv":
             assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
             assert not (out / name).is_symlink()
@@ -77,25 +57,25 @@ def test_capacity_into_an_existing_folder_needs_force(tmp_path: Path) -> None:
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    result = _capacity(path, mine)
+    result = tiny_capacity(path, mine)
     assert result.exit_code == 2 and "--force" in result.output  # type: ignore[attr-defined]
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
-    forced = _capacity(path, mine, "--force")
+    forced = tiny_capacity(path, mine, "--force")
     assert forced.exit_code == 2, forced.output  # type: ignore[attr-defined]
     assert (mine / "notes.txt").read_text() == "mine", "a user's folder is never replaced"
     run_dir = tmp_path / "run"
     assert invoke("run", str(path), "--out", str(run_dir)).exit_code == 0
-    assert _capacity(path, run_dir).exit_code == 2  # type: ignore[attr-defined]
-    assert _capacity(path, run_dir, "--force").exit_code == 0  # type: ignore[attr-defined]
+    assert tiny_capacity(path, run_dir).exit_code == 2  # type: ignore[attr-defined]
+    assert tiny_capacity(path, run_dir, "--force").exit_code == 0  # type: ignore[attr-defined]
     assert (run_dir / "capacity.json").is_file() and not (run_dir / "summary.json").exists()
 
 
 def test_capacity_resumes_its_own_directory_without_force(tmp_path: Path) -> None:
     path = _sweep_file(tmp_path)
     out = tmp_path / "cap"
-    assert _capacity(path, out).exit_code == 0  # type: ignore[attr-defined]
+    assert tiny_capacity(path, out).exit_code == 0  # type: ignore[attr-defined]
     (out / "capacity.json").unlink()
-    assert _capacity(path, out).exit_code == 0  # type: ignore[attr-defined]
+    assert tiny_capacity(path, out).exit_code == 0  # type: ignore[attr-defined]
 
 
 def test_a_planted_partial_symlink_is_refused(tmp_path: Path) -> None:
@@ -112,7 +92,7 @@ def test_a_planted_partial_symlink_is_refused(tmp_path: Path) -> None:
 def test_a_planted_tasks_symlink_is_refused(tmp_path: Path, kind: str) -> None:
     path = _sweep_file(tmp_path)
     out = tmp_path / "out"
-    run = _sweep if kind == "sweep" else _capacity
+    run = _sweep if kind == "sweep" else tiny_capacity
     assert run(path, out).exit_code == 0  # type: ignore[attr-defined]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
