@@ -100,7 +100,7 @@ def build_copy(out: Path, quiet: bool = False) -> Path:
         if len(built) < len(COMPILED_MODULES):
             sys.exit(f"mypyc built {len(built)} extensions for {len(COMPILED_MODULES)} modules")
         imported = subprocess.run(
-            [sys.executable, "-c", "import sim.runner"],
+            [sys.executable, "-c", "import sim.engine.runner"],
             cwd=work,
             capture_output=True,
             text=True,

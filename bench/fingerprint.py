@@ -63,9 +63,9 @@ def table_hash(frame: pd.DataFrame) -> str:
 
 
 def fingerprint(spec: str) -> dict[str, Any]:
-    from sim.outputs.metrics import WALL_CLOCK_KEYS
-    from sim.runner import run
-    from sim.scenario import load_scenario
+    from sim.engine.metrics import WALL_CLOCK_KEYS
+    from sim.engine.runner import run
+    from sim.scenario.schema import load_scenario
 
     path, _, sets = spec.partition(":")
     overrides = [s for s in sets.split(",") if s]

@@ -22,8 +22,8 @@ from typing import Any
 import simpy
 
 from sim.engine import simulation
-from sim.runner import run
-from sim.scenario import load_scenario
+from sim.engine.runner import run
+from sim.scenario.schema import load_scenario
 
 
 def event_kind(event: simpy.Event) -> str:

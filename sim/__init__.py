@@ -6,9 +6,15 @@ they are), and the contract heal function `sim.heal.keep_pages`.
 """
 
 from sim import heal
+from sim.engine.runner import RunResult, run
 from sim.results.compare import Comparison, compare
-from sim.runner import RunResult, run
-from sim.scenario import Scenario, ScenarioError, build_scenario, load_scenario, scenario_model
+from sim.scenario.schema import (
+    Scenario,
+    ScenarioError,
+    build_scenario,
+    load_scenario,
+    scenario_model,
+)
 
 __all__ = [
     "Comparison",

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sim.core.registry import Registry
 from sim.model.heals import PoolDrops, served_drops
 from sim.model.prefetch import PrefetchOp
 from sim.model.storage import Storage
-from sim.registry import Registry
 
 
 def keep_pages(

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sim.cli import cli
-from sim.scenario import Scenario, apply_override, build_scenario
+from sim.scenario.schema import Scenario, apply_override, build_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 CONVERSATION_TRACE = REPO / "traces" / "mooncake_conversation_trace.jsonl.gz"

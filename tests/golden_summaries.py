@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sim.outputs.metrics import WALL_CLOCK_KEYS
-from sim.runner import run
-from sim.scenario import load_scenario
+from sim.engine.metrics import WALL_CLOCK_KEYS
+from sim.engine.runner import run
+from sim.scenario.schema import load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN_DIR = REPO / "tests" / "golden"

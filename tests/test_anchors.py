@@ -5,8 +5,8 @@ before the commit declines the fetch, one lost after it (unpinned) is re-fetched
 
 from __future__ import annotations
 
+from sim.engine.runner import RunResult, run
 from sim.model.anchors import AnchorPins
-from sim.runner import RunResult, run
 from tests.conftest import QUEUED, make_scenario
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
+from sim.core.spec import ScenarioError
+from sim.engine.runner import run
 from sim.model.host import AuxStaging
-from sim.runner import run
-from sim.spec import ScenarioError
 from tests.conftest import invoke, make_doc, make_scenario
 
 BUSY = {

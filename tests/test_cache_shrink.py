@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from sim.engine.runner import run
 from sim.model.host import HostPool
-from sim.runner import run
 from tests.conftest import QUEUED, make_scenario
 
 SMALL_HOST = {**QUEUED, "host.mode": "cache", "host.pages": 150, "storage.read_gbps": 0.3}

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from sim import calibrate as cal_mod
-from sim.calibrate import (
+from sim.deployment.hardware import H200_LINK, link_rates, read_calibration
+from sim.scenario.schema import build_scenario
+from sim.studies import calibrate as cal_mod
+from sim.studies.calibrate import (
     KERNEL_TO_BULK,
     CalibrationUnavailable,
     Measurer,
@@ -20,8 +22,6 @@ from sim.calibrate import (
     default_out,
     write_calibration,
 )
-from sim.deployment.hardware import H200_LINK, link_rates, read_calibration
-from sim.scenario import build_scenario
 from tests.conftest import invoke, make_doc
 
 H200_MIB = 143771

@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 import yaml
 
-import sim.capacity
-from sim.capacity import CapacitySearch
-from sim.outputs.metrics import summary_keys
-from sim.runner import run
-from sim.scenario import build_scenario
-from sim.units import param_text, param_unit, parse_quantity
+import sim.studies.capacity
+from sim.core.units import param_text, param_unit, parse_quantity
+from sim.engine.metrics import summary_keys
+from sim.engine.runner import run
+from sim.scenario.schema import build_scenario
+from sim.studies.capacity import CapacitySearch
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, make_scenario, ok
 
 CAP = "storage.pools.swa.capacity_gb"
@@ -44,7 +44,7 @@ def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a simulation ran before the arguments were checked")
 
-    monkeypatch.setattr(sim.capacity, "compute", refuse)
+    monkeypatch.setattr(sim.studies.capacity, "compute", refuse)
 
 
 def capacity(*args: str, param: str = CAP, target: str = TARGET) -> Any:
@@ -156,7 +156,7 @@ def test_a_target_metric_another_pool_kind_reports_is_refused(tmp_path: Path):
     """A kv+swa+mamba model reports no out-of-window freeing for Mamba (it keeps end states),
     although `is_summary_key` knows the name from SWA."""
     scenario = make_scenario(**{"model.mamba": {"state_bytes": 1 << 20}, "device.mamba_slots": 8})
-    with pytest.raises(sim.capacity.ScenarioError) as info:
+    with pytest.raises(sim.studies.capacity.ScenarioError) as info:
         CapacitySearch(
             scenario, "s.yaml", CAP, "device_mamba_freed_out_of_window_pages>=1", 2, tmp_path
         )

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from sim.runner import run
-from sim.scenario import ScenarioError, build_scenario, load_scenario
+from sim.engine.runner import run
+from sim.scenario.schema import ScenarioError, build_scenario, load_scenario
 from tests.conftest import REPO, make_doc
 from tests.model_helpers import pool
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.outputs.metrics import SUMMARY_KEYS
-from sim.scenario import Scenario, build_scenario, load_scenario
+from sim.engine.metrics import SUMMARY_KEYS
+from sim.scenario.schema import Scenario, build_scenario, load_scenario
 from tests.conftest import REPO, RUN_FILES, invoke, is_png, make_doc, ok, read_summary
 
 DESIGN = REPO.parent / "shared" / "DESIGN.md"

@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim.cluster.routing import ROUTERS
 from sim.engine.links import SharedBandwidth
+from sim.engine.runner import RunResult, run
 from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
-from sim.routing import ROUTERS
-from sim.runner import RunResult, run
-from sim.scenario import build_scenario
+from sim.scenario.schema import build_scenario
 from tests.conftest import make_scenario
 from tests.fidelity.test_l3_ceiling import small_device_doc
 from tests.fidelity.test_trace_ceiling import PAGE, ceiling_pages, synthetic_trace

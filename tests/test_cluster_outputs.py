@@ -16,6 +16,7 @@ import pytest
 import yaml
 from matplotlib.figure import Figure
 
+from sim.core.units import size_text
 from sim.outputs.console import summary_lines
 from sim.outputs.plot import (
     PER_INSTANCE_LEGEND_MAX,
@@ -24,7 +25,6 @@ from sim.outputs.plot import (
     run_figure,
 )
 from sim.outputs.report import build_report
-from sim.units import size_text
 from tests.conftest import PNG_MAGIC, invoke, make_doc, ok, read_summary
 from tests.test_report import Page, assert_self_contained, chromium, dump_dom
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.engine.runner import run
 from sim.heal import RULES, DiscardView, keep_pages
 from sim.model.existence import ExistenceCache
 from sim.model.prefetch import AuxTransfer, PrefetchOp
-from sim.runner import run
 from tests.conftest import make_scenario
 from tests.model_helpers import make_storage
 

@@ -21,9 +21,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.outputs.metrics import WALL_CLOCK_KEYS
-from sim.runner import run
-from sim.scenario import build_scenario
+from sim.engine.metrics import WALL_CLOCK_KEYS
+from sim.engine.runner import run
+from sim.scenario.schema import build_scenario
 from tests.conftest import invoke, make_doc, ok
 
 SMALL: dict[str, Any] = {

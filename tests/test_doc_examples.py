@@ -11,9 +11,9 @@ import shlex
 import pytest
 import yaml
 
-from sim.documents import apply_override
+from sim.core.documents import apply_override
 from sim.outputs.results import resolved_yaml
-from sim.scenario import build_scenario, load_scenario
+from sim.scenario.schema import build_scenario, load_scenario
 from tests.conftest import REPO, make_doc
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -90,8 +90,8 @@ def test_the_commands_run_from_the_repository_root() -> None:
 def test_docs_metrics_documents_every_summary_key() -> None:
     """Every key a summary can have (every pool kind registered) is in docs/metrics.md, by name
     or by a pattern such as `storage_<pool>_<counter>`."""
+    from sim.engine.metrics import summary_keys
     from sim.model.pools import POOL_KINDS
-    from sim.outputs.metrics import summary_keys
 
     names: set[str] = set()
     for line in (REPO / "docs" / "metrics.md").read_text().splitlines():

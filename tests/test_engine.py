@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from sim.engine.metrics import WALL_CLOCK_KEYS, is_summary_key
+from sim.engine.runner import run
 from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
-from sim.outputs.metrics import WALL_CLOCK_KEYS, is_summary_key
-from sim.runner import run
-from sim.scenario import load_scenario
+from sim.scenario.schema import load_scenario
 from tests.conftest import REPO, make_scenario
 
 

@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sim.core.registry import Registry
+from sim.core.spec import Bytes
+from sim.engine.runner import run
 from sim.engine.simulation import Simulation
 from sim.heal import RULES, DiscardView
 from sim.model.build import build_cluster
@@ -21,11 +24,8 @@ from sim.model.prefetch import (
     plan_aux_transfers,
 )
 from sim.model.storage import HIT_QUERIES, Storage
-from sim.registry import Registry
-from sim.runner import run
-from sim.scenario import Scenario, ScenarioError, build_scenario, scenario_model
-from sim.spec import Bytes
-from sim.workload import WORKLOAD_KINDS
+from sim.scenario.schema import Scenario, ScenarioError, build_scenario, scenario_model
+from sim.workload.kinds import WORKLOAD_KINDS
 from tests.conftest import make_doc, make_scenario
 from tests.model_helpers import make_storage
 

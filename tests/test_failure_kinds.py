@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sim.engine.runner import run
 from sim.model.storage import StoragePool
-from sim.runner import run
-from sim.scenario import load_scenario
+from sim.scenario.schema import load_scenario
 
 FAILURES = Path(__file__).resolve().parents[1] / "scenarios" / "failures"
 

@@ -49,7 +49,7 @@ from click.testing import Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.scenario import (
+from sim.scenario.schema import (
     MooncakeWorkload,
     MultiturnWorkload,
     Scenario,
@@ -61,7 +61,7 @@ from sim.scenario import (
     parse_override,
     read_document,
 )
-from sim.workload import iter_trace
+from sim.workload.kinds import iter_trace
 from tests.conftest import invoke, make_doc
 
 SCENARIO = "fuzz-scenario.yaml"
@@ -1096,7 +1096,7 @@ def assert_exit_2_and_nothing_written(tmp: Path, *extra: str, names: str = SCENA
 
 YAML_LOADER_CRASHES = {
     # PyYAML's SafeLoader raises more than yaml.YAMLError; read_document catches only that
-    # (sim/documents.py, read_document: `except yaml.YAMLError`), so these exit 1.
+    # (sim/core/documents.py, read_document: `except yaml.YAMLError`), so these exit 1.
     "implicit-date-out-of-range": "extra: 2001-02-30\n",  # ValueError: day is out of range
     "timestamp-tag-on-number": "extra: !!timestamp 1\n",  # AttributeError (groupdict of None)
     "int-tag-on-word": "extra: !!int abc\n",  # ValueError
@@ -1133,14 +1133,14 @@ def test_bug_binary_value_in_a_sweep_grid_exits_2_not_1(tmp_path: Path):
     ids=["implicit-date-out-of-range", "int-tag-on-word", "recursive-alias", "int-of-5000-digits"],
 )
 def test_bug_set_values_the_yaml_loader_chokes_on_exit_2_not_1(tmp_path: Path, value: str):
-    # sim/scenario.py, parse_override: `except yaml.YAMLError` misses the same exceptions
+    # sim/scenario/schema.py, parse_override: `except yaml.YAMLError` misses the same exceptions
     (tmp_path / SCENARIO).write_text(dump(make_doc(**TINY)), encoding="utf-8")
     assert_exit_2_and_nothing_written(tmp_path, "--set", f"seed={value}", names="--set")
 
 
 @pytest.mark.parametrize("path", ["t" * 300 + ".jsonl", "d/" * 3000 + "t.jsonl"])
 def test_bug_overlong_trace_path_exits_2_not_1(tmp_path: Path, path: str):
-    # sim/scenario.py, check_references: Path.is_file() raises OSError ENAMETOOLONG (pathlib
+    # sim/scenario/schema.py, check_references: Path.is_file() raises OSError ENAMETOOLONG (pathlib
     # only swallows ENOENT, ENOTDIR, EBADF, ELOOP), so validate and run exit 1.
     doc = make_doc(duration_s=5, workload={"kind": "mooncake", "path": path})
     (tmp_path / SCENARIO).write_text(dump(doc), encoding="utf-8")
@@ -1152,12 +1152,12 @@ def ok_line(ts: Any = 0) -> bytes:
 
 
 TRACE_READER_CRASHES = {
-    # sim/workload.py, iter_trace: only json.JSONDecodeError is caught around json.loads
+    # sim/workload/kinds.py, iter_trace: only json.JSONDecodeError is caught around json.loads
     "nesting-100000-deep": ok_line()[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     "int-of-5000-digits": ok_line().replace(
         b'"output_length": 16', b'"output_length": ' + b"9" * 5000
     ),
-    # sim/workload.py, _trace_record: math.isfinite(ts) raises OverflowError for a huge int
+    # sim/workload/kinds.py, _trace_record: math.isfinite(ts) raises OverflowError for a huge int
     "timestamp-int-past-float-range": ok_line().replace(
         b'"timestamp": 0', b'"timestamp": 1' + b"0" * 400
     ),
@@ -1213,8 +1213,8 @@ def test_bug_malformed_trace_line_run_never_reads_is_accepted(tmp_path: Path, st
     """docs/scenarios.md: 'A malformed line stops with its line number (exit 2)'. `validate`
     does (it reads every line), but `run` streams the trace and stops at the first arrival past
     duration_s (sim/engine/simulation.py, `arriving`) or after `limit` records
-    (sim/workload.py, `MooncakeTrace.arrivals`), so it never reads a bad line after that point,
-    exits 0 and writes a result from a trace that `validate` refuses."""
+    (sim/workload/kinds.py, `MooncakeTrace.arrivals`), so it never reads a bad line after that
+    point, exits 0 and writes a result from a trace that `validate` refuses."""
     late = json.dumps({**TRACE_RECORDS[0], "timestamp": 60_000}).encode()
     (tmp_path / TRACE).write_bytes(VALID_TRACE + late + b"\nnot json\n")
     workload = {"kind": "mooncake", "path": TRACE}
@@ -1232,8 +1232,8 @@ def test_bug_malformed_trace_line_run_never_reads_is_accepted(tmp_path: Path, st
 )
 def test_bug_an_empty_key_is_not_named(tmp_path: Path, text: str, extra: tuple[str, ...]):
     """An unknown key that is the empty string is reported as `FILE: unknown key`, naming no key
-    at all: ScenarioError.__str__ (sim/scenario.py) drops a falsy key. `--set .seed=1` (a typo
-    for `--set seed=1`) creates the top-level key '' through apply_override."""
+    at all: ScenarioError.__str__ (sim/scenario/schema.py) drops a falsy key. `--set .seed=1`
+    (a typo for `--set seed=1`) creates the top-level key '' through apply_override."""
     (tmp_path / SCENARIO).write_text(dump(make_doc(**TINY)) + text, encoding="utf-8")
     result = cli_in(tmp_path, "validate", SCENARIO, *extra)
     assert result.exit_code == 2, result.output

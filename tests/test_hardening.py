@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.scenario import Scenario, ScenarioError, build_scenario, load_scenario
+from sim.scenario.schema import Scenario, ScenarioError, build_scenario, load_scenario
 from tests.conftest import invoke, make_doc
 
 LAUGHS = "".join(
@@ -33,7 +33,7 @@ def test_nested_aliases_are_checked_once_each_and_echoed_briefly(tmp_path: Path,
 def test_a_device_without_mamba_slots_rejects_every_request() -> None:
     """No working slot for the recurrent state: nothing can ever run, so every request is
     rejected at once instead of waiting unfinished to the horizon."""
-    from sim.runner import run
+    from sim.engine.runner import run
     from tests.conftest import make_scenario
 
     scenario = make_scenario(
@@ -89,7 +89,7 @@ def _trace_scenario(tmp_path: Path, trace: Path) -> Scenario:
 def test_trace_keys_never_collide_with_the_keys_of_output_pages(tmp_path: Path) -> None:
     """Hash id 2**45 with 8 pages per block gives page key 2**48 + 1, which was the key of the
     second output page ever generated: a block never seen matched it on the device."""
-    from sim.runner import run
+    from sim.engine.runner import run
 
     records = [
         {"timestamp": 0, "input_length": 512, "output_length": 64, "hash_ids": [1]},
@@ -133,7 +133,7 @@ def test_plot_and_export_trace_replace_a_planted_symlink_instead_of_writing_thro
 def test_one_seed_gives_no_interval_and_a_grid_cannot_sweep_the_seed() -> None:
     import math
 
-    from sim.stats import confidence
+    from sim.core.stats import confidence
 
     one = confidence([0.4])
     assert one["mean"] == 0.4 and one["n"] == 1
@@ -193,7 +193,7 @@ def test_a_huge_trace_request_and_a_line_without_end_are_bad_input(tmp_path: Pat
 
 
 def test_set_reads_exponent_numbers_as_numbers() -> None:
-    from sim.documents import parse_override
+    from sim.core.documents import parse_override
 
     assert parse_override("storage.read_gbps=1e9") == ("storage.read_gbps", 1e9)
     assert parse_override("prefetch.timeout_base_s=2.5E-1") == ("prefetch.timeout_base_s", 0.25)
@@ -347,7 +347,7 @@ def test_an_interrupted_capacity_search_says_where_its_runs_are_kept(
 ) -> None:
     import yaml
 
-    from sim.capacity import CapacitySearch
+    from sim.studies.capacity import CapacitySearch
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt

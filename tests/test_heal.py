@@ -380,7 +380,7 @@ def test_rule_per_pool_kv_hole_drops_kv_past_completed_and_the_unread_tails() ->
 
 def test_heal_after_deadline_is_a_prefetch_key_defaulting_to_true() -> None:
     """`prefetch.heal_after_deadline`: true is 0.5.19-0.5.22 (and the goldens), false 0.5.23."""
-    from sim.sections import PrefetchSpec
+    from sim.scenario.sections import PrefetchSpec
 
     assert PrefetchSpec().heal_after_deadline is True
     assert PrefetchSpec(heal_after_deadline=False).heal_after_deadline is False

@@ -125,7 +125,7 @@ def _trace_scenario(tmp_path: Path, trace: str) -> Path:
 
 
 def test_a_gzip_trace_of_blank_lines_is_refused_within_seconds(tmp_path: Path) -> None:
-    from sim.workload import MAX_BLANK_LINES
+    from sim.workload.kinds import MAX_BLANK_LINES
 
     trace = tmp_path / "blank.jsonl.gz"
     with gzip.open(trace, "wb") as handle:
@@ -203,9 +203,9 @@ def test_a_scheduler_address_that_is_no_dask_scheduler_exits_2_in_seconds(
 ) -> None:
     import socket
 
-    import sim.sweep
+    import sim.studies.sweep
 
-    monkeypatch.setattr(sim.sweep, "SCHEDULER_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(sim.studies.sweep, "SCHEDULER_TIMEOUT_S", 2.0)
     server = None
     if address in ("silent", "junk"):
         port, server = _serve(None if address == "silent" else b"\xff" * 64)
@@ -344,7 +344,7 @@ def test_validate_plans_the_sweep(tmp_path: Path) -> None:
 def test_the_hash_id_bound_is_the_one_the_message_states(tmp_path: Path) -> None:
     import json
 
-    from sim.scenario import ScenarioError, build_scenario
+    from sim.scenario.schema import ScenarioError, build_scenario
 
     limit = 2**62 // 512 - 1
 

@@ -10,10 +10,10 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.core.stats import confidence, metric_range
+from sim.engine.metrics import summary_keys
 from sim.outputs.findings import interval, sweep_findings
-from sim.outputs.metrics import summary_keys
-from sim.stats import confidence, metric_range
-from sim.sweep import points_table
+from sim.studies.sweep import points_table
 
 KEYS = sorted(summary_keys(("kv", "swa", "mamba")))
 

@@ -100,8 +100,8 @@ def test_a_file_inside_a_result_directory_refuses_a_fifo(traced_run: Path, tmp_p
 
 
 def test_calibrate_force_never_replaces_a_device(tmp_path: Path) -> None:
-    from sim.calibrate import write_calibration
-    from sim.spec import ScenarioError
+    from sim.core.spec import ScenarioError
+    from sim.studies.calibrate import write_calibration
 
     fifo = tmp_path / "hw.yaml"
     os.mkfifo(fifo)
@@ -116,8 +116,8 @@ def test_force_replaces_the_old_result_only_once_the_search_is_complete(
 ) -> None:
     """An interrupted `--force` search leaves the old result whole (it used to be deleted
     before the first run); a complete one replaces it, as `run --force` does."""
-    import sim.capacity
-    import sim.plan
+    import sim.studies.capacity
+    import sim.studies.plan
 
     assert invoke("run", "small.yaml", "--out", "o").exit_code == 0
     before = sorted(p.name for p in (work / "o").iterdir())
@@ -125,7 +125,7 @@ def test_force_replaces_the_old_result_only_once_the_search_is_complete(
     def interrupt(*args: object, **kwargs: object) -> object:
         raise KeyboardInterrupt
 
-    module = sim.capacity if command == "capacity" else sim.plan
+    module = sim.studies.capacity if command == "capacity" else sim.studies.plan
     with monkeypatch.context() as patch:
         patch.setattr(module, "compute", interrupt)
         stopped = invoke(*WRITERS[command], "--force")

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from sim.engine.runner import RunResult, run
 from sim.model.chain import ROOT_KEY, ChainInterner
-from sim.runner import RunResult, run
-from sim.workload import Request
+from sim.workload.kinds import Request
 from tests.conftest import make_scenario
 
 PAGES = 8

@@ -15,7 +15,7 @@ from sim.model.build import build_model
 from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.prefetch import AuxTransfer, PrefetchOp, hybrid_check, plan_aux_transfers
 from sim.model.storage import STORAGE_BATCH_PAGES, Storage, StoragePool
-from sim.scenario import build_scenario
+from sim.scenario.schema import build_scenario
 from tests.conftest import make_doc
 from tests.model_helpers import layout, pool
 

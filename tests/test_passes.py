@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pandas as pd
 import pytest
 
+from sim.engine.runner import RunResult, run
 from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.retries import PrefetchRetries
-from sim.runner import RunResult, run
-from sim.workload import Request
+from sim.workload.kinds import Request
 from tests.conftest import QUEUED, make_scenario
 
 PAGE = 64

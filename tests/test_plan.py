@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 import yaml
 
-import sim.plan
-from sim.capacity import CapacitySearch
-from sim.plan import HOURS_PER_MONTH, PlanSearch, pareto
-from sim.scenario import build_scenario, load_scenario, scenario_document
-from sim.sweep import plan as sweep_plan
-from sim.sweep import sweep_seeds
+import sim.studies.plan
+from sim.scenario.schema import build_scenario, load_scenario, scenario_document
+from sim.studies.capacity import CapacitySearch
+from sim.studies.plan import HOURS_PER_MONTH, PlanSearch, pareto
+from sim.studies.sweep import plan as sweep_plan
+from sim.studies.sweep import sweep_seeds
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, ok
 
 SWA = "storage.pools.swa.capacity_gb"
@@ -163,7 +163,7 @@ def test_prices_do_not_change_the_runs(work: Path) -> None:
 
 
 def _sweep() -> Any:
-    from sim.scenario import SweepSpec
+    from sim.scenario.schema import SweepSpec
 
     return SweepSpec(seeds=2, grid={SWA: [0.1, 0.2]})
 
@@ -173,7 +173,7 @@ def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a simulation ran before the plan was checked")
 
-    monkeypatch.setattr(sim.plan, "compute", refuse)
+    monkeypatch.setattr(sim.studies.plan, "compute", refuse)
 
 
 def _plan_with(work: Path, doc: dict[str, Any], *extra: str) -> Any:
@@ -241,7 +241,7 @@ def test_an_out_that_is_not_a_plan_is_refused(work: Path, no_runs: None) -> None
 
 
 def test_pareto_keeps_only_undominated_points() -> None:
-    from sim.plan import Point
+    from sim.studies.plan import Point
 
     def point(i: int, cost: float, ttft: float) -> Point:
         return Point(i, {}, 1, cost, 2, 0, {"ttft_p99_s": {"mean": ttft}})

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from sim.documents import layered
+from sim.core.documents import layered
+from sim.engine.runner import run
 from sim.model.presets import MODEL_PRESETS, SlidingWindowHybrid, interleaved
-from sim.runner import run
-from sim.scenario import (
+from sim.scenario.schema import (
     ScenarioError,
     build_scenario,
     load_scenario,
     scenario_document,
     scenario_model,
 )
-from sim.sweep import plan
+from sim.studies.sweep import plan
 from tests.conftest import REPO, invoke, make_doc
 
 SHIPPED = REPO / "scenarios" / "presets" / "gpt_oss_120b.yaml"

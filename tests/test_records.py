@@ -8,10 +8,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from sim import runner
+from sim.engine import runner
 from sim.engine.records import Table, sorted_by
 from sim.engine.rows import PrefetchRecord, RequestRecord
-from sim.runner import run
+from sim.engine.runner import run
 from tests.conftest import make_scenario
 
 

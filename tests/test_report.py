@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from sim.core.units import cell, metric_text, metric_unit
 from sim.outputs.findings import capacity_findings, compare_findings, run_findings
 from sim.outputs.report import build_report, header_comment
-from sim.units import cell, metric_text, metric_unit
 from tests.conftest import CONVERSATION_TRACE, PNG_MAGIC, invoke, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.scenario import build_scenario
+from sim.scenario.schema import build_scenario
 from tests.conftest import TINY_SWEEP, invoke, make_doc, tiny_capacity
 
 SMALL = {**TINY_SWEEP, "workload.requests": 40, "duration_s": 30}
@@ -196,11 +196,11 @@ def test_run_force_waits_its_turn_behind_a_sweeps_lock(tmp_path: Path) -> None:
 def test_a_sweep_whose_out_appears_meanwhile_keeps_its_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sim.sweep
+    import sim.studies.sweep
 
     path = _sweep_file(tmp_path)
     out = tmp_path / "out"
-    real = sim.sweep.compute
+    real = sim.studies.sweep.compute
 
     def planted(*args: object, **kwargs: object) -> object:
         done = real(*args, **kwargs)  # type: ignore[arg-type]
@@ -208,7 +208,7 @@ def test_a_sweep_whose_out_appears_meanwhile_keeps_its_runs(
         (out / "other").write_text("x")
         return done
 
-    monkeypatch.setattr(sim.sweep, "compute", planted)
+    monkeypatch.setattr(sim.studies.sweep, "compute", planted)
     result = _sweep(path, out)
     assert result.exit_code == 2 and "appeared" in result.output  # type: ignore[attr-defined]
     assert len(list((tmp_path / ".out.partial" / "tasks").glob("*.json"))) == 4

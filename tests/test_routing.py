@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sim.routing import (
+from sim.cluster.routing import (
     ROUTERS,
     CacheAware,
     CacheAwareSpec,
@@ -24,8 +24,8 @@ from sim.routing import (
     observe,
     softmax_pick,
 )
-from sim.scenario import ScenarioError
-from sim.workload import Request
+from sim.scenario.schema import ScenarioError
+from sim.workload.kinds import Request
 from tests.conftest import make_scenario
 
 PAGE = 64

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.runner import run
-from sim.scenario import Scenario, load_scenario
+from sim.engine.runner import run
+from sim.scenario.schema import Scenario, load_scenario
 from tests.conftest import REPO
 
 SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))

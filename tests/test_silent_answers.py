@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-import sim.capacity
-import sim.plan
+import sim.studies.capacity
+import sim.studies.plan
 from tests.conftest import TINY_SWEEP, invoke, make_doc
 
 SWA = "storage.pools.swa.capacity_gb"
@@ -38,11 +38,11 @@ def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a simulation ran before the plan was checked")
 
-    monkeypatch.setattr(sim.plan, "compute", refuse)
+    monkeypatch.setattr(sim.studies.plan, "compute", refuse)
 
 
 def test_overlapping_finds_a_key_inside_another() -> None:
-    from sim.documents import overlapping
+    from sim.core.documents import overlapping
 
     assert overlapping(["cluster.instances", "cluster"]) == ("cluster", "cluster.instances")
     assert overlapping(["a.b", "a.b-c", "a.b.c.d"]) == ("a.b", "a.b.c.d")
@@ -96,7 +96,7 @@ def test_a_variant_key_inside_a_grid_key_is_refused(tmp_path: Path) -> None:
 def test_a_mapping_value_is_never_changed_by_a_later_key() -> None:
     """A point's recorded values are what the user wrote, even were a later key to write
     inside a mapping value (each point gets its own copy)."""
-    from sim.scenario import point_document
+    from sim.scenario.schema import point_document
     from tests.conftest import make_scenario
 
     written = {"capacity_gb": 5}
@@ -111,9 +111,9 @@ def test_plan_truncates_intervals_to_the_metrics_range_as_capacity_does(
 ) -> None:
     """A TTFT is never negative: plan's interval stops at 0 as capacity's does, so a target
     `ttft_p99_s>=0` holds for the first deployment of both."""
-    from sim.capacity import CapacitySearch
-    from sim.plan import PlanSearch
-    from sim.scenario import load_scenario
+    from sim.scenario.schema import load_scenario
+    from sim.studies.capacity import CapacitySearch
+    from sim.studies.plan import PlanSearch
 
     ttfts = [0.01, 0.02, 0.5]
 
@@ -125,8 +125,8 @@ def test_plan_truncates_intervals_to_the_metrics_range_as_capacity_does(
         ]
         return records, 0
 
-    monkeypatch.setattr(sim.plan, "compute", fake)
-    monkeypatch.setattr(sim.capacity, "compute", fake)  # type: ignore[attr-defined]
+    monkeypatch.setattr(sim.studies.plan, "compute", fake)
+    monkeypatch.setattr(sim.studies.capacity, "compute", fake)  # type: ignore[attr-defined]
     scenario = load_scenario(work / "plan.yaml")
     target = "ttft_p99_s>=0"
     plan = PlanSearch(
@@ -149,7 +149,7 @@ PRESET = "scenarios/presets/gpt_oss_120b.yaml"
 
 @pytest.mark.parametrize("value", [-1, 0, "abc", True, 1.5])
 def test_a_bad_mem_fraction_static_is_refused_not_replaced_by_sglangs_rule(value: Any) -> None:
-    from sim.scenario import ScenarioError, load_scenario
+    from sim.scenario.schema import ScenarioError, load_scenario
     from tests.conftest import REPO
 
     overrides = {"device": {}, "hardware.gpu": "h200", "server.mem_fraction_static": value}
@@ -159,7 +159,7 @@ def test_a_bad_mem_fraction_static_is_refused_not_replaced_by_sglangs_rule(value
 
 
 def test_mem_fraction_static_null_still_takes_sglangs_rule() -> None:
-    from sim.scenario import load_scenario
+    from sim.scenario.schema import load_scenario
     from tests.conftest import REPO
 
     overrides = {"device": {}, "hardware.gpu": "h200", "server.mem_fraction_static": None}
@@ -175,7 +175,7 @@ def test_a_tiny_router_temperature_picks_the_cheapest_without_warnings(
 
     import numpy as np
 
-    from sim.routing import softmax_pick
+    from sim.cluster.routing import softmax_pick
 
     rng = np.random.default_rng(1)
     with warnings.catch_warnings():
@@ -213,9 +213,9 @@ def test_a_finite_value_whose_products_overflow_is_refused(
 
 def test_a_price_that_overflows_the_sum_is_refused(work: Path) -> None:
     """Each price within its bound, the deployment's price must still be finite."""
-    from sim.plan import price
-    from sim.scenario import ScenarioError, build_scenario
-    from sim.sweep import Task
+    from sim.scenario.schema import ScenarioError, build_scenario
+    from sim.studies.plan import price
+    from sim.studies.sweep import Task
 
     priced = priced_doc()
     priced["costs"]["storage_gb_month_usd"]["kv"] = 1e9
@@ -237,15 +237,15 @@ def test_a_large_plan_grid_is_indexed_in_one_pass(
     before the first run, quadratic in the points)."""
     import time
 
-    from sim.plan import PlanSearch
-    from sim.scenario import load_scenario
-    from sim.sweep import Task
+    from sim.scenario.schema import load_scenario
+    from sim.studies.plan import PlanSearch
+    from sim.studies.sweep import Task
 
     points = 40_000
     tasks = [Task(p, (("cluster.instances", 1),), s, s, {}, f"{p}-{s}") for p in range(points)
              for s in range(2)]  # fmt: skip
-    monkeypatch.setattr(sim.plan, "plan", lambda *args, **kwargs: tasks)
-    monkeypatch.setattr(sim.plan, "price", lambda scenario, source, task: (1, 1.0))
+    monkeypatch.setattr(sim.studies.plan, "plan", lambda *args, **kwargs: tasks)
+    monkeypatch.setattr(sim.studies.plan, "price", lambda scenario, source, task: (1, 1.0))
     scenario = load_scenario(work / "plan.yaml")
     started = time.perf_counter()
     search = PlanSearch(

@@ -21,11 +21,11 @@ import yaml
 from click.testing import Result
 from scipy import stats
 
-from sim.capacity import CapacitySearch
+from sim.engine.runner import run
 from sim.outputs.plot import plot_sweep
-from sim.runner import run
-from sim.scenario import ScenarioError, build_scenario, load_scenario
-from sim.sweep import Task, plan, run_sweep, sweep_seeds
+from sim.scenario.schema import ScenarioError, build_scenario, load_scenario
+from sim.studies.capacity import CapacitySearch
+from sim.studies.sweep import Task, plan, run_sweep, sweep_seeds
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.stats import parse_relative, parse_target
+from sim.core.stats import parse_relative, parse_target
 from tests.conftest import TINY_SWEEP, invoke, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"

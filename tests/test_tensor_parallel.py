@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy.stats import ttest_ind
 
+from sim.engine.runner import run
 from sim.model.storage import StoragePool
-from sim.runner import run
-from sim.scenario import load_scenario
+from sim.scenario.schema import load_scenario
 from tests.conftest import REPO, make_scenario
 
 

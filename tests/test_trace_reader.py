@@ -20,8 +20,8 @@ import yaml
 from click.testing import CliRunner
 
 from sim.cli import cli
-from sim.scenario import ScenarioError
-from sim.workload import iter_trace
+from sim.scenario.schema import ScenarioError
+from sim.workload.kinds import iter_trace
 from tests.conftest import CONVERSATION_TRACE, make_doc
 
 BLOCK = 512

@@ -6,10 +6,10 @@ counted in `backup_dropped_tokens`."""
 
 from __future__ import annotations
 
+from sim.engine.runner import RunResult, run
 from sim.model.backup import BackupIntent, WritePath
 from sim.model.existence import ExistenceCache
 from sim.model.host import HostPool
-from sim.runner import RunResult, run
 from tests.conftest import make_scenario
 from tests.model_helpers import make_storage, make_tree
 

@@ -24,7 +24,7 @@ import yaml
 
 from sim.outputs.files import UnreadableTable
 from sim.results.directories import check_path
-from sim.scenario import (
+from sim.scenario.schema import (
     Scenario,
     ScenarioError,
     check_references,
@@ -104,7 +104,7 @@ def load(
 def warn_sizes(scenario: Scenario) -> None:
     """Sizes the schema takes but that cannot work (sim.outputs.sizing), on stderr."""
     from sim.outputs.sizing import sizing_warnings
-    from sim.scenario import scenario_document
+    from sim.scenario.schema import scenario_document
 
     for warning in sizing_warnings(scenario_document(scenario)):
         click.echo(f"warning: {warning}", err=True)
@@ -113,7 +113,7 @@ def warn_sizes(scenario: Scenario) -> None:
 def warn_overload(summary: Mapping[str, Any], scenario: Scenario, where: str = "the run") -> None:
     """A run whose server could not keep up (sim.outputs.overload), on stderr."""
     from sim.outputs.overload import config_overload, overload_warning
-    from sim.scenario import scenario_document
+    from sim.scenario.schema import scenario_document
 
     line = overload_warning(config_overload(summary, scenario_document(scenario)), where)
     if line:
@@ -123,7 +123,7 @@ def warn_overload(summary: Mapping[str, Any], scenario: Scenario, where: str = "
 def warn_study_overload(tasks: Path, scenario: Scenario, what: str) -> None:
     """A sweep, capacity search or plan with overloaded runs among its finished ones."""
     from sim.outputs.overload import study_overload
-    from sim.scenario import scenario_document
+    from sim.scenario.schema import scenario_document
 
     line = study_overload(tasks, scenario_document(scenario), what)
     if line:
@@ -223,7 +223,7 @@ def interrupted(target: Path, work: Path) -> str:
     """What an interrupted search says: where its finished runs are kept for a rerun to reuse,
     or, when it was to replace another result (`--force`), that the old result is untouched."""
     from sim.results.layout import TASKS
-    from sim.sweep import finished_runs
+    from sim.studies.sweep import finished_runs
 
     if work != target:
         return f"interrupted; nothing was replaced: {target} is as it was before"

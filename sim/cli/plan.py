@@ -1,4 +1,4 @@
-"""The `plan` command: the cheapest deployment that meets every target (sim.plan)."""
+"""The `plan` command: the cheapest deployment that meets every target (sim.studies.plan)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from sim.cli.app import (
 )
 from sim.results.directories import only_writer, replaced_at_end
 from sim.results.layout import TASKS
-from sim.resume import foreign, origin, planned, write_origin
+from sim.studies.resume import foreign, origin, planned, write_origin
 
 
 @cli.command("plan")
@@ -66,8 +66,8 @@ def plan_cmd(
     checked before the first run; a refused one exits 2 and writes nothing.
     """
     from sim.outputs.plan import plot_plan, write_plan_page
-    from sim.plan import PlanSearch, check_plan_out, parse_axis
     from sim.results.directories import default_out
+    from sim.studies.plan import PlanSearch, check_plan_out, parse_axis
 
     sc = load(scenario, overrides)
     target_dir = out or default_out(RESULTS_ROOT, sc.name, "plan")

@@ -24,12 +24,13 @@ from sim.cli.app import (
     warn_overload,
     warn_sizes,
 )
+from sim.core.spec import COMMAND_LINE_SET
 from sim.deployment.resolve import USER, get, show_value
+from sim.engine.runner import run
 from sim.outputs.console import format_table, print_summary, progress
 from sim.results.directories import check_path, refuse_existing
 from sim.results.layout import SUMMARY
-from sim.runner import run
-from sim.scenario import (
+from sim.scenario.schema import (
     Scenario,
     ScenarioError,
     apply_override,
@@ -39,8 +40,7 @@ from sim.scenario import (
     scenario_document,
     scenario_model,
 )
-from sim.spec import COMMAND_LINE_SET
-from sim.variants import Variant, VariantSet
+from sim.studies.variants import Variant, VariantSet
 
 
 @cli.command("run")
@@ -125,7 +125,7 @@ def compare_cmd(
     """
     from sim.results.compare import compare, write_comparison
     from sim.results.directories import default_out, write_atomically
-    from sim.variants import variant_set
+    from sim.studies.variants import variant_set
 
     found = variant_set(heals, vary, variant_specs)
     base = load(scenario, overrides, seed)
@@ -197,7 +197,7 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     requests = trace_requests(sc)
     extra = f", trace {path} ({requests} requests)" if path is not None else ""
     if sc.sweep is not None:
-        from sim.sweep import plan
+        from sim.studies.sweep import plan
 
         extra += f", sweep of {len(plan(sc, scenario)):,} runs"
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
@@ -315,7 +315,7 @@ def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
 def calibrate_cmd(out: Path | None, device_index: int, repeats: int, force: bool) -> None:
     """Measure this CUDA GPU's host link and memory; write a file a scenario names as
     `hardware: {calibration: FILE}`. Needs PyTorch with CUDA (the `calibrate` extra)."""
-    from sim import calibrate
+    from sim.studies import calibrate
 
     if out is not None:
         check_path("--out", out)

@@ -31,10 +31,10 @@ from sim.results.directories import (
     replaced_at_end,
 )
 from sim.results.layout import CONFIG, TASKS
-from sim.resume import capacity_runs, foreign, origin, planned, write_origin
-from sim.scenario import (
+from sim.scenario.schema import (
     ScenarioError,
 )
+from sim.studies.resume import capacity_runs, foreign, origin, planned, write_origin
 
 
 @cli.command("sweep")
@@ -63,7 +63,7 @@ def sweep_cmd(
     from sim.outputs.plot import plot_sweep
     from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
-    from sim.sweep import (
+    from sim.studies.sweep import (
         check_scheduler_address,
         connect_scheduler,
         finished_runs,
@@ -216,9 +216,9 @@ def capacity_cmd(
 
     Every argument is checked before the first run; a refused one exits 2 and writes nothing.
     """
-    from sim.capacity import CapacitySearch
     from sim.outputs.plot import plot_capacity
     from sim.results.directories import default_out
+    from sim.studies.capacity import CapacitySearch
 
     if more_values and values is not None:
         values = " ".join([values, *more_values])
@@ -311,7 +311,7 @@ class Question:
         tolerance: float | None,
         stray: tuple[str, ...],
     ) -> None:
-        from sim.capacity import (
+        from sim.studies.capacity import (
             check_param,
             check_range,
             check_relative,
@@ -357,9 +357,9 @@ class Question:
         """Command-line numbers for the parameter: a `_gb` key takes 512MB, 2GiB, ...; a page or
         slot key takes a size with a unit as the scenario file does (4GiB, 65536 tokens),
         converted with this model's object sizes. What the user wrote is kept for echoing."""
-        from sim.scenario import scenario_document
-        from sim.sizes import SizeError, convert, size_keys
-        from sim.units import parse_quantity
+        from sim.core.units import parse_quantity
+        from sim.scenario.schema import scenario_document
+        from sim.scenario.sizes import SizeError, convert, size_keys
 
         size = next(
             (k for k in size_keys(scenario_document(self.scenario)) if k.key == self.param),

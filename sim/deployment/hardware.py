@@ -20,9 +20,9 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError
 
-from sim.documents import read_document
-from sim.registry import Registry
-from sim.spec import (
+from sim.core.documents import read_document
+from sim.core.registry import Registry
+from sim.core.spec import (
     CopyOverheadUs,
     GpuMemoryMib,
     HostLinkGbps,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from difflib import get_close_matches
 from typing import Any
 
-from sim.registry import Registry
+from sim.core.registry import Registry
 
 CUSTOM = "custom"
 """The name that selects no profile: the scenario's own keys and the schema defaults only."""

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sim.core.documents import layered
+from sim.core.spec import KeyedError, ScenarioError
 from sim.deployment.hardware import GPUS, read_calibration
 from sim.deployment.profiles import ChunkTier, backend_of, release_of
 from sim.deployment.releases import TIERS_SINCE_0_5_20
@@ -29,9 +31,7 @@ from sim.deployment.sizing import (
     mem_fraction_static,
     rank_model,
 )
-from sim.documents import layered
 from sim.model.presets import MODEL_PRESETS
-from sim.spec import KeyedError, ScenarioError
 
 USER = "user"
 DEFAULT = "default"

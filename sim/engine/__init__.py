@@ -1,1 +1,2 @@
-"""The SimPy layer: processes that add time and order to the plain model."""
+"""The SimPy layer: processes that add time and order to the plain model, one scenario's run
+(`runner`) and the summary measured from its records (`metrics`)."""

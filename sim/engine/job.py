@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sim.engine.rows import RequestRecord
 from sim.model.node import Node
 from sim.model.prefetch import PrefetchOp
-from sim.workload import Request
+from sim.workload.kinds import Request
 
 
 @dataclass

@@ -28,7 +28,7 @@ from sim.model.build import ServerModel
 from sim.model.node import Node
 from sim.model.pools import KV
 from sim.model.prefetch import Outcome, PrefetchOp
-from sim.workload import Request
+from sim.workload.kinds import Request
 
 
 @dataclass(frozen=True)

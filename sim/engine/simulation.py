@@ -15,11 +15,11 @@ from typing import Any
 
 import simpy
 
+from sim.cluster.routing import Router
 from sim.engine.links import DedicatedLink, Link, SharedBandwidth
 from sim.engine.server import Server
 from sim.model.build import ClusterModel, Eviction
-from sim.routing import Router
-from sim.workload import Request
+from sim.workload.kinds import Request
 
 
 class CountingEnvironment(simpy.Environment):

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.cluster.routing import Router
+from sim.core.units import GB
 from sim.heal import RULES, DiscardView
 from sim.model.anchors import AnchorPins
 from sim.model.backup import StagedWrite, WritePath
@@ -41,12 +43,10 @@ from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBud
 from sim.model.radix import RadixTree
 from sim.model.retries import PrefetchRetries
 from sim.model.storage import Storage, StoragePool
-from sim.routing import Router
-from sim.units import GB
-from sim.workload import Workload
+from sim.workload.kinds import Workload
 
 if TYPE_CHECKING:
-    from sim.scenario import Scenario
+    from sim.scenario.schema import Scenario
 
 
 def stream(seed: int, *spawn_key: int) -> np.random.Generator:

@@ -21,8 +21,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from sim.registry import Registry
-from sim.spec import Bytes, Strict
+from sim.core.registry import Registry
+from sim.core.spec import Bytes, Strict
 
 KV = "kv"
 DEFAULT_PAGE_SIZE = 64

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sim.core.registry import Registry
 from sim.model.backup import WritePath
 from sim.model.heals import PoolDrops, by_pool, query_cuts
 from sim.model.host import AuxStaging, HostPool
@@ -20,7 +21,6 @@ from sim.model.loops import LoopTracker
 from sim.model.operation import AuxTransfer, PrefetchOp, hybrid_check, plan_aux_transfers
 from sim.model.pools import KV
 from sim.model.storage import AUX_BLIND_QUERIES, HIT_QUERIES, STORAGE_BATCH_PAGES, Storage
-from sim.registry import Registry
 
 # ---------------------------------------------------------------------- termination policies
 

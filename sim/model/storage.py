@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.core.registry import Registry
 from sim.model.pools import KV, Pool
-from sim.registry import Registry
 
 STORAGE_BATCH_PAGES = 128
 """Pages per `exists` / `get` call (SGLang's STORAGE_BATCH_SIZE)."""

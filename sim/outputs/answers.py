@@ -13,8 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sim.sizes import size_keys
-from sim.units import is_missing, param_unit, size_text
+from sim.core.units import is_missing, param_unit, size_text
+from sim.scenario.sizes import size_keys
 
 
 def decimals_for(resolution: float | None) -> int | None:

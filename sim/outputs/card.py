@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-from sim.documents import value_at
+from sim.core.documents import value_at
+from sim.core.units import GB, bytes_text, number
 from sim.outputs.sizing import held
-from sim.sizes import size_notes
-from sim.units import GB, bytes_text, number
+from sim.scenario.sizes import size_notes
 
 Card = list[tuple[str, str]]
 """Rows of (item, value), in reading order."""

@@ -12,11 +12,11 @@ import click
 import pandas as pd
 from tqdm import tqdm
 
-from sim.outputs.metrics import SUMMARY_KEYS
+from sim.core.units import size_text
+from sim.engine.metrics import SUMMARY_KEYS
+from sim.engine.runner import RunResult
 from sim.results.layout import SUMMARY
-from sim.runner import RunResult
-from sim.scenario import Scenario
-from sim.units import size_text
+from sim.scenario.schema import Scenario
 
 COMPARE_COLUMNS = tuple(
     key

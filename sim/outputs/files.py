@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.spec import ScenarioError
+from sim.core.spec import ScenarioError
 
 
 def refuse_output(path: Path, link_ok: bool = True) -> None:
@@ -68,7 +68,7 @@ def read_table(path: Path) -> pd.DataFrame:
     """A result directory's Parquet table. pyarrow answers a file that is not Parquet with an
     OSError (the magic bytes around no footer) or a ValueError (ArrowInvalid); either is
     UnreadableTable, while a missing file or a folder stays what it is."""
-    from sim.safe_io import check_regular
+    from sim.core.safe_io import check_regular
 
     try:
         check_regular(path)

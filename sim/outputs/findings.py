@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.stats import parse_target
-from sim.units import brief, bytes_text, cell, is_missing, metric_text, metric_unit, number
+from sim.core.stats import parse_target
+from sim.core.units import brief, bytes_text, cell, is_missing, metric_text, metric_unit, number
 
 LABELS = {
     "prefetch_discarded": "discarded prefetches",

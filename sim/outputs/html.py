@@ -13,7 +13,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from sim.units import cell, is_missing, metric_unit
+from sim.core.units import cell, is_missing, metric_unit
 
 KIND_TITLES = {
     "run": "run",

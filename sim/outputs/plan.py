@@ -14,10 +14,10 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sim.core.stats import parse_target
 from sim.outputs.files import replace_file
 from sim.outputs.html import details, html_table, page, png_figure, render_png, section
 from sim.outputs.plot import _save
-from sim.stats import parse_target
 
 PLOTTED = (("ttft_p99_s", "TTFT p99 (s)"), ("l3_loaded_rate", "restored from storage (share)"))
 

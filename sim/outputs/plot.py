@@ -22,6 +22,8 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from matplotlib.ticker import LogFormatter, NullFormatter, ScalarFormatter
 
+from sim.core.stats import parse_target
+from sim.core.units import param_text, param_unit
 from sim.outputs.files import read_table, replace_file
 from sim.results.layout import COMPARISON, Kind, detect
 from sim.results.reading import (
@@ -32,8 +34,6 @@ from sim.results.reading import (
     task_records,
     with_columns,
 )
-from sim.stats import parse_target
-from sim.units import param_text, param_unit
 
 COMPARE_PANELS = (
     ("discard_rate", "discard rate"),

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from sim.core.stats import confidence, parse_target
+from sim.core.units import cell, metric_unit, number
 from sim.outputs.answers import answer_text, quantity_text
 from sim.outputs.card import deployment_card
 from sim.outputs.files import refuse_output, replace_file
@@ -58,8 +60,6 @@ from sim.results.reading import (
     read_sweep,
     task_records,
 )
-from sim.stats import confidence, parse_target
-from sim.units import cell, metric_unit, number
 
 
 def write_report(directory: Path, out: Path | None = None) -> Path:

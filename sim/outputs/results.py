@@ -16,14 +16,14 @@ import yaml
 
 from sim.deployment.resolve import leaves
 from sim.engine import server
+from sim.engine.runner import RunResult
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import read_table, replace_file
 from sim.results.directories import mark
 from sim.results.layout import CONFIG, META, SUMMARY
 from sim.results.reading import read_model, with_columns
-from sim.runner import RunResult
-from sim.scenario import Scenario, scenario_document
-from sim.sizes import annotate_yaml, size_notes
+from sim.scenario.schema import Scenario, scenario_document
+from sim.scenario.sizes import annotate_yaml, size_notes
 
 TABLES = ("requests", "prefetches", "writes", "timeseries", "instances")
 

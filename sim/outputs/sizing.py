@@ -23,9 +23,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sim.documents import value_at
-from sim.sizes import size_notes
-from sim.units import GB, bytes_text, number
+from sim.core.documents import value_at
+from sim.core.units import GB, bytes_text, number
+from sim.scenario.sizes import size_notes
 
 MIN_WINDOWS = 16
 """Fewer sliding windows (or Mamba states) than this in a device or host aux pool is warned of.

@@ -14,11 +14,11 @@ from typing import Any
 
 import pandas as pd
 
+from sim.engine.runner import RunResult, run
 from sim.outputs.results import write_run
 from sim.results.layout import COMPARISON, VARIANTS
-from sim.runner import RunResult, run
-from sim.scenario import Scenario
-from sim.variants import run_dir_names
+from sim.scenario.schema import Scenario
+from sim.studies.variants import run_dir_names
 
 Progress = Callable[[Scenario, str], AbstractContextManager[Callable[[float], None] | None]]
 """Given a variant and its label, a context that yields a progress callback (or None)."""

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sim.core.safe_io import check_regular, read_text_bounded
+from sim.core.spec import ScenarioError
 from sim.results.layout import (
     CAPACITY,
     COMPARISON,
@@ -31,8 +33,6 @@ from sim.results.layout import (
     TASKS,
     VARIANTS,
 )
-from sim.safe_io import check_regular, read_text_bounded
-from sim.spec import ScenarioError
 
 
 def default_out(results_root: Path, scenario_name: str, kind: str) -> Path:
@@ -269,7 +269,7 @@ def check_capacity_out(
 
 
 RunsDiffer = Callable[[Path], str | None]
-"""Why a directory's runs are not this command's (`sim.resume.foreign`), or None."""
+"""Why a directory's runs are not this command's (`sim.studies.resume.foreign`), or None."""
 
 
 def check_study_out(
@@ -277,9 +277,9 @@ def check_study_out(
 ) -> bool:
     """A search resumes into an existing `--out` only if it is a directory of the same kind
     and scenario whose runs are all runs this search would make (`runs_differ`, the rule of
-    sim.resume); anything else needs `--force`, which replaces only a result directory of this
-    tool (never a folder of the user's, a symbolic link, the working directory or a parent of
-    it). True when `target` is to be replaced: nothing is deleted here, the new search is
+    sim.studies.resume); anything else needs `--force`, which replaces only a result directory
+    of this tool (never a folder of the user's, a symbolic link, the working directory or a
+    parent of it). True when `target` is to be replaced: nothing is deleted here, the new search is
     built aside and replaces it only once complete (`replaced_at_end`)."""
     check_path("--out", target)
     if target.is_symlink():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from sim.spec import ScenarioError
+from sim.core.spec import ScenarioError
 
 SUMMARY = "summary.json"
 META = "meta.json"

@@ -16,6 +16,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from sim.core.safe_io import check_regular, read_text_bounded
+from sim.core.spec import ScenarioError
+from sim.core.stats import parse_target
 from sim.outputs.files import read_table
 from sim.results.layout import (
     CAPACITY,
@@ -31,9 +34,6 @@ from sim.results.layout import (
     TIMESERIES,
     VARIANTS,
 )
-from sim.safe_io import check_regular, read_text_bounded
-from sim.spec import ScenarioError
-from sim.stats import parse_target
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.deployment.profiles import SGLANG_RELEASES, STORAGE_BACKENDS
-from sim.sections import PrefetchSpec
+from sim.scenario.sections import PrefetchSpec
 
 
 def profile(release: str, backend: str | None = None) -> dict[str, Any]:

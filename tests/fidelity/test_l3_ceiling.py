@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.runner import run
-from sim.scenario import build_scenario
+from sim.engine.runner import run
+from sim.scenario.schema import build_scenario
 from tests.fidelity.test_trace_ceiling import BLOCK, PAGE, ceiling_pages, synthetic_trace
 
 

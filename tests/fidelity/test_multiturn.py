@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.runner import run
-from sim.scenario import load_scenario
+from sim.engine.runner import run
+from sim.scenario.schema import load_scenario
 from tests.conftest import REPO
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
-from sim.runner import run
-from sim.scenario import load_scenario
+from sim.engine.runner import run
+from sim.scenario.schema import load_scenario
 from tests.conftest import CONVERSATION_TRACE
 
 PAGE = 64

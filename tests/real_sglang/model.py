@@ -22,8 +22,8 @@ from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
 from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.storage import StoragePool
-from sim.scenario import build_scenario
-from sim.workload import Request
+from sim.scenario.schema import build_scenario
+from sim.workload.kinds import Request
 
 GAP_S = 10.0
 """Seconds between steps: every read and write of a step settles long before the next."""

@@ -25,8 +25,8 @@ from typing import Annotated, Any, Literal, Protocol, cast
 import numpy as np
 from pydantic import Field
 
-from sim.registry import Registry
-from sim.spec import (
+from sim.core.registry import Registry
+from sim.core.spec import (
     IntervalS,
     NonNegFloat,
     NonNegInt,
@@ -34,7 +34,7 @@ from sim.spec import (
     Probability,
     Strict,
 )
-from sim.workload import Request
+from sim.workload.kinds import Request
 
 
 class ServerLoad(Protocol):

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sim.core.units import BYTE_UNITS, GB, size_text
 from sim.model.pools import DEFAULT_PAGE_SIZE, KV, POOL_KINDS, Pool, Residency
-from sim.units import BYTE_UNITS, GB, size_text
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]+)\s*$")
 

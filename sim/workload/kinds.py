@@ -24,10 +24,9 @@ from typing import Annotated, Literal, Protocol
 import numpy as np
 from pydantic import Field
 
-from sim.model.chain import ROOT_KEY, ChainInterner
-from sim.registry import Registry
-from sim.safe_io import UnreadableFile, open_regular
-from sim.spec import (
+from sim.core.registry import Registry
+from sim.core.safe_io import UnreadableFile, open_regular
+from sim.core.spec import (
     KeyedError,
     NonNegFloat,
     PositiveFloat,
@@ -35,6 +34,7 @@ from sim.spec import (
     ScenarioError,
     Strict,
 )
+from sim.model.chain import ROOT_KEY, ChainInterner
 
 MAX_REQUEST_TOKENS = 2**24
 """Tokens one request may hold (prompt plus output): 16.8 M, past any served context; larger

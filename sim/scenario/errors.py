@@ -8,12 +8,12 @@ import re
 import reprlib
 from typing import Any, get_args
 
-from sim.registry import Registry
-from sim.routing import DEFAULT_ROUTER, ROUTERS
-from sim.sizes import expected, size_keys
-from sim.spec import KeyedError
-from sim.units import param_hint
-from sim.workload import WORKLOAD_KINDS
+from sim.cluster.routing import DEFAULT_ROUTER, ROUTERS
+from sim.core.registry import Registry
+from sim.core.spec import KeyedError
+from sim.core.units import param_hint
+from sim.scenario.sizes import expected, size_keys
+from sim.workload.kinds import WORKLOAD_KINDS
 
 
 def describe(err: Any, doc: dict[str, Any], schema: Any) -> tuple[str | None, str]:

@@ -6,10 +6,10 @@ do not divide into pages) are enforced here so that the model and the engine can
 input. The parts that name an implementation — pool kinds, heal rules, hit queries, prefetch
 policies, workload kinds, model presets — are taken from the registries of those extension
 points, so the schema accepts exactly what is registered (each section's keys are in
-`sim.sections`; how a problem is told, in `sim.errors`). A model preset is expanded before
-anything is validated: its derived pool specs become the defaults of `model:`. `load_scenario`
-turns a YAML file (read by `sim.documents`) plus `--set` overrides into a `Scenario`, and every
-failure becomes a `ScenarioError` that names the file and the offending key.
+`sim.scenario.sections`; how a problem is told, in `sim.scenario.errors`). A model preset is
+expanded before anything is validated: its derived pool specs become the defaults of `model:`.
+`load_scenario` turns a YAML file (read by `sim.core.documents`) plus `--set` overrides into a
+`Scenario`, and every failure becomes a `ScenarioError` that names the file and the offending key.
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ from pydantic import (
     model_validator,
 )
 
-from sim.deployment.hardware import GPUS
-from sim.deployment.profiles import SGLANG_RELEASES, STORAGE_BACKENDS, refusals
-from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
-from sim.documents import (
+from sim.cluster.routing import DEFAULT_ROUTER, ROUTERS
+from sim.core.documents import (
     apply_override,
     overlapping,
     parse_override,
@@ -41,15 +39,25 @@ from sim.documents import (
     resolve_paths,
     value_at,
 )
-from sim.errors import describe, field_model, mapping
+from sim.core.safe_io import UnreadableFile, check_regular
+from sim.core.spec import (
+    COMMAND_LINE_SET,
+    KeyedError,
+    NonNegFloat,
+    NonNegInt,
+    ScenarioError,
+    Strict,
+)
+from sim.deployment.hardware import GPUS
+from sim.deployment.profiles import SGLANG_RELEASES, STORAGE_BACKENDS, refusals
+from sim.deployment.resolve import USER, Sources, derive, has, layer_profiles, leaves
 from sim.heal import RULES
 from sim.model.pools import KV, POOL_KINDS
 from sim.model.prefetch import PREFETCH_POLICIES
 from sim.model.presets import MODEL_PRESETS
 from sim.model.storage import HIT_QUERIES
-from sim.routing import DEFAULT_ROUTER, ROUTERS
-from sim.safe_io import UnreadableFile, check_regular
-from sim.sections import (
+from sim.scenario.errors import describe, field_model, mapping
+from sim.scenario.sections import (
     MAX_DURATION_S,
     ClusterSpec,
     ComputeSpec,
@@ -77,16 +85,8 @@ from sim.sections import (
     release_name,
     tagged,
 )
-from sim.sizes import normalize_sizes
-from sim.spec import (
-    COMMAND_LINE_SET,
-    KeyedError,
-    NonNegFloat,
-    NonNegInt,
-    ScenarioError,
-    Strict,
-)
-from sim.workload import (
+from sim.scenario.sizes import normalize_sizes
+from sim.workload.kinds import (
     MAX_TRACE_FILE_BYTES,
     WORKLOAD_KINDS,
     MooncakeWorkload,

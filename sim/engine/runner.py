@@ -11,14 +11,14 @@ from typing import Any
 
 import pandas as pd
 
+from sim.engine.metrics import cluster_summary, in_key_order, summarize
 from sim.engine.records import Records, sorted_by
 from sim.engine.server import Server
 from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
 from sim.model.loops import Loop
-from sim.outputs.metrics import cluster_summary, in_key_order, summarize
-from sim.scenario import Scenario
-from sim.workload import Workload
+from sim.scenario.schema import Scenario
+from sim.workload.kinds import Workload
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -8,9 +8,9 @@ one-sided 97.5 % bound). The answer is the cheapest deployment meeting every tar
 point evaluated, no cheaper evaluated point meets them all. Searched on one increasing axis this
 is `capacity --values` over the same values: the same runs, intervals and answer.
 
-The grid runs as a sweep does (`sim.sweep.plan` and `compute`): seeded runs saved in `tasks/`
-one by one, on any executor, reused by a rerun into the same directory. Prices are not part of
-a run, so a repriced plan reuses every run.
+The grid runs as a sweep does (`sim.studies.sweep.plan` and `compute`): seeded runs saved in
+`tasks/` one by one, on any executor, reused by a rerun into the same directory. Prices are not
+part of a run, so a repriced plan reuses every run.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from sim.capacity import check_target, interval_meets
-from sim.documents import overlapping, parse_override
+from sim.core.documents import overlapping, parse_override
+from sim.core.stats import confidence
+from sim.core.units import parse_quantity
 from sim.outputs.files import replace_file
 from sim.results.directories import (
     MARKER,
@@ -35,10 +36,9 @@ from sim.results.directories import (
     check_study_out,
 )
 from sim.results.layout import PLAN, TASKS
-from sim.scenario import Scenario, ScenarioError, SweepSpec, build_scenario, point_document
-from sim.stats import confidence
-from sim.sweep import Task, compute, plan
-from sim.units import parse_quantity
+from sim.scenario.schema import Scenario, ScenarioError, SweepSpec, build_scenario, point_document
+from sim.studies.capacity import check_target, interval_meets
+from sim.studies.sweep import Task, compute, plan
 
 EVALUATIONS = "evaluations.csv"
 FRONTIER = "frontier.csv"
@@ -376,7 +376,7 @@ def check_plan_out(
     target: Path, name: str, force: bool, runs_differ: RunsDiffer | None = None
 ) -> bool:
     """A plan's `--out`: it resumes only into a plan of the same scenario (an interrupted one
-    holds only `tasks/`) whose runs are all this plan's (sim.resume); anything else needs
+    holds only `tasks/`) whose runs are all this plan's (sim.studies.resume); anything else needs
     `--force` (True: replace it once complete)."""
     return check_study_out(target, name, force, PLAN_KIND, runs_differ)
 

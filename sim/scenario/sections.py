@@ -1,5 +1,5 @@
 """The sections of a scenario file (`model:`, `device:`, `host:`, `storage:`, ...): each key's
-type, range and default, and what it means in SGLang's terms. `sim.scenario` assembles them
+type, range and default, and what it means in SGLang's terms. `sim.scenario.schema` assembles them
 into the `Scenario`, with the registered implementations filled in."""
 
 from __future__ import annotations
@@ -16,14 +16,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sim.deployment.profiles import CUSTOM, SGLANG_RELEASES, unknown_release_message
-from sim.documents import layered
-from sim.errors import nearest
-from sim.model.pools import DEFAULT_PAGE_SIZE, POOL_KINDS, KVPoolSpec, PoolSpec
-from sim.model.presets import MODEL_PRESETS
-from sim.registry import Registry
-from sim.routing import DEFAULT_ROUTER, ROUTERS, RouterSpec
-from sim.spec import (
+from sim.cluster.routing import DEFAULT_ROUTER, ROUTERS, RouterSpec
+from sim.core.documents import layered
+from sim.core.registry import Registry
+from sim.core.spec import (
     MIN_INTERVAL_S,
     Attempts,
     CopyOverheadUs,
@@ -37,6 +33,10 @@ from sim.spec import (
     Probability,
     Strict,
 )
+from sim.deployment.profiles import CUSTOM, SGLANG_RELEASES, unknown_release_message
+from sim.model.pools import DEFAULT_PAGE_SIZE, POOL_KINDS, KVPoolSpec, PoolSpec
+from sim.model.presets import MODEL_PRESETS
+from sim.scenario.errors import nearest
 
 
 def _kv_or_preset(schema: dict[str, Any]) -> None:
@@ -294,7 +294,7 @@ class ClusterSpec(Strict):
 
     instances: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
     router: RouterSpec = Field(default_factory=ROUTERS[DEFAULT_ROUTER])
-    """One of `sim.routing.ROUTERS` by its `policy` (default cache_aware, the gateway's)."""
+    """One of `sim.cluster.routing.ROUTERS` by its `policy` (default cache_aware, the gateway's)."""
     link_gbps: Gbps | None = None
     """Each server's own link to the backend (each direction); null: only the backend's
     aggregate `storage.read_gbps` / `storage.write_gbps` limit a server."""

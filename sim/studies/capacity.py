@@ -26,14 +26,16 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import pandas as pd
 from pydantic import BaseModel
 
+from sim.core.stats import confidence, parse_target
+from sim.core.units import param_text, param_unit
 from sim.deployment.resolve import get
+from sim.engine.metrics import is_summary_key, summary_keys
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
-from sim.outputs.metrics import is_summary_key, summary_keys
 from sim.outputs.progress import Progress
 from sim.results.directories import MARKER, MARKER_TEXT
 from sim.results.layout import CAPACITY, CONFIG, EVALUATIONS, TASKS
-from sim.scenario import (
+from sim.scenario.schema import (
     Scenario,
     ScenarioError,
     SweepSpec,
@@ -41,9 +43,7 @@ from sim.scenario import (
     point_document,
     scenario_document,
 )
-from sim.stats import confidence, parse_target
-from sim.sweep import compute, plan
-from sim.units import param_text, param_unit
+from sim.studies.sweep import compute, plan
 
 
 @dataclass
@@ -344,8 +344,8 @@ def check_relative(
     """A relative target (`METRIC>=95%@REFERENCE`) checked whole: its metric, its share and
     the reference value of `param` (`unbounded`, `null` or `none` for null, or a value such as
     100GB); None for an absolute target."""
-    from sim.stats import parse_relative
-    from sim.units import parse_quantity
+    from sim.core.stats import parse_relative
+    from sim.core.units import parse_quantity
 
     try:
         relative = parse_relative(target)

@@ -2,7 +2,7 @@
 errors that name a file and a key.
 
 It sits below every extension point, so a pool kind, a workload kind or a policy can declare
-its own part of the scenario next to its behaviour, and `sim.scenario` assembles the whole
+its own part of the scenario next to its behaviour, and `sim.scenario.schema` assembles the whole
 schema from them.
 """
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from sim.safe_io import UnreadableFile, read_text_bounded
-from sim.spec import ScenarioError
+from sim.core.safe_io import UnreadableFile, read_text_bounded
+from sim.core.spec import ScenarioError
 
 
 def _check_document(

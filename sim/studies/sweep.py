@@ -27,22 +27,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.documents import resolve_paths
+from sim.core.documents import resolve_paths
+from sim.core.safe_io import read_text_bounded
+from sim.core.stats import confidence, parse_target
+from sim.engine.runner import run
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
 from sim.outputs.progress import Progress
-from sim.pool import run_all
 from sim.results.layout import POINTS, RUNS, SWEEP_META, TASKS
-from sim.runner import run
-from sim.safe_io import read_text_bounded
-from sim.scenario import (
+from sim.scenario.schema import (
     Scenario,
     ScenarioError,
     build_scenario,
     point_document,
     scenario_document,
 )
-from sim.stats import confidence, parse_target
+from sim.studies.pool import run_all
 
 EXECUTORS = ("serial", "process", "dask")
 VARIANT = "variant"
@@ -119,7 +119,7 @@ def plan(scenario: Scenario, source: str, seeds: int | None = None) -> list[Task
 def check_sweep_target(scenario: Scenario, source: str) -> None:
     """Refuse a `sweep.target` whose metric this model never reports (it would be drawn as
     holding 'at 0 of 0 points') or whose bound is not a finite number."""
-    from sim.outputs.metrics import summary_keys
+    from sim.engine.metrics import summary_keys
 
     target = scenario.sweep.target if scenario.sweep is not None else None
     if target is None:
@@ -480,7 +480,7 @@ def _labels(task: Task) -> dict[str, Any]:
 
 def _valid_summary(summary: Any, task: Task) -> bool:
     """Every key a run of the task's model reports, each a number or null, and nothing else."""
-    from sim.outputs.metrics import is_summary_key, summary_keys
+    from sim.engine.metrics import is_summary_key, summary_keys
 
     if not isinstance(summary, dict):
         return False

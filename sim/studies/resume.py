@@ -24,9 +24,9 @@ from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import Any
 
+from sim.core.safe_io import read_text_bounded
 from sim.outputs.files import replace_file
 from sim.results.layout import TASKS
-from sim.safe_io import read_text_bounded
 
 ORIGIN = "origin"
 """In `tasks/`: what made the directory's runs (JSON; no `.json` suffix, so that no reader of
@@ -57,7 +57,7 @@ def write_origin(work: Path, record: dict[str, Any]) -> None:
     """Record what the runs about to be made in `work` are made from (replaced, never written
     through a link planted at its path, nor into a `tasks/` that is a link: exit 2, as the
     runs would be)."""
-    from sim.sweep import check_task_dir
+    from sim.studies.sweep import check_task_dir
 
     check_task_dir(work / TASKS, [])
     (work / TASKS).mkdir(parents=True, exist_ok=True)
@@ -163,8 +163,8 @@ def capacity_runs(scenario: Any, source: str, param: str, seeds: int) -> Belongs
     """A capacity search's runs: its values are found as it bisects, so a run belongs when it
     is the run the search would make at its own value and seed (its key is the one planned for
     that value and seed index, which is below --seeds)."""
-    from sim.scenario import ScenarioError, SweepSpec
-    from sim.sweep import plan
+    from sim.scenario.schema import ScenarioError, SweepSpec
+    from sim.studies.sweep import plan
 
     keys: dict[str, list[str] | None] = {}
 

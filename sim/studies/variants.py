@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sim.documents import parse_override
+from sim.core.documents import parse_override
+from sim.core.spec import ScenarioError
 from sim.results.layout import COMPARISON, VARIANTS
-from sim.spec import ScenarioError
 
 DEFAULT_HEALS = "none,keep_pages"
 RESERVED_NAMES = frozenset({COMPARISON, "comparison.png", "comparison.svg", VARIANTS})

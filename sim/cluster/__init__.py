@@ -1,0 +1,1 @@
+"""A cluster of servers behind one router: the routers of SGLang's gateway, Dynamo and llm-d."""

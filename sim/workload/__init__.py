@@ -1,0 +1,1 @@
+"""Workloads: seeded request streams as page chains, from synthetic kinds or a replayed trace."""
