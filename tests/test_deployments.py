@@ -613,9 +613,9 @@ def test_the_deployment_sweep_plans_every_row() -> None:
 
 
 def test_docs_show_the_profiles_as_the_registries_hold_them() -> None:
-    """docs/model.md's release and backend tables are `sim.deployment.table`'s output
-    (`python -m sim.deployment.table docs/model.md` writes them)."""
-    text = (REPO / "docs" / "model.md").read_text()
+    """docs/deployments.md's release and backend tables are `sim.deployment.table`'s output
+    (`python -m sim.deployment.table docs/deployments.md` writes them)."""
+    text = (REPO / "docs" / "deployments.md").read_text()
     assert write_into(text) == text
     for name in ("releases", "backends"):
         assert f"<!-- {name} table: start -->" in text

@@ -1,7 +1,7 @@
 """Failure kinds and which of them loop: torn objects and what a failed read does, failed writes
 that leave a torn object, transient reads, evictions between exists and get, partial objects
-across tensor-parallel ranks (docs/model.md, "Failure kinds"). Each case is small and built by
-hand, or a shipped scenario of scenarios/failures/ cut to a few minutes."""
+across tensor-parallel ranks (docs/failures.md). Each case is small and built by hand, or a
+shipped scenario of scenarios/failures/ cut to a few minutes."""
 
 from __future__ import annotations
 

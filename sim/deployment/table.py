@@ -1,7 +1,8 @@
-"""The profiles as the tables docs/model.md shows: one column a release (or backend), one row a
-key, and under each table where every value was read. `python -m sim.deployment.table` prints
-them and `python -m sim.deployment.table docs/model.md` writes them into the docs' marked blocks;
-a test keeps the docs equal to this output, so the docs never drift from the registries.
+"""The profiles as the tables docs/deployments.md shows: one column a release (or backend), one
+row a key, and under each table where every value was read. `python -m sim.deployment.table`
+prints them and `python -m sim.deployment.table docs/deployments.md` writes them into the page's
+marked blocks; a test keeps the page equal to this output, so it never drifts from the
+registries.
 """
 
 from __future__ import annotations
