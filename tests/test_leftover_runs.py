@@ -1,6 +1,6 @@
 """Leftover runs never mixed into an answer: a sweep, capacity search or plan resumes only the
 runs its own scenario and arguments make, and refuses (exit 2, naming what differs) a directory
-holding others (sim.studies.resume, docs/reliability.md "Result directories")."""
+holding others (sim.studies.resume, docs/reliability.md, "Resuming a directory")."""
 
 from __future__ import annotations
 
