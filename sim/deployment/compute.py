@@ -24,6 +24,7 @@ from typing import Any
 
 from sim.core.registry import Registry
 from sim.model.presets import (
+    MODEL_PRESETS,
     GatedDeltaNetHybrid,
     Mamba2Hybrid,
     ModelPreset,
@@ -253,8 +254,6 @@ def decode_step_bytes(
 def roofline(gpu: str, preset_name: str, tp: int) -> Roofline | None:
     """The roofline of a GPU profile running a model preset on `tp` ranks (None when either
     name has no figures)."""
-    from sim.model.presets import MODEL_PRESETS
-
     peaks, model = GPU_PEAKS.get(gpu), MODEL_COMPUTE.get(preset_name)
     preset = MODEL_PRESETS.get(preset_name)
     if peaks is None or model is None or preset is None:
@@ -304,8 +303,6 @@ def gpu_table() -> str:
 
 def model_table() -> str:
     """docs/compute.md's table of model figures, and what the roofline makes of them."""
-    from sim.model.presets import MODEL_PRESETS
-
     lines = [
         "| preset | total | active | heads | full / sliding layers, head_dim, window "
         "| GFLOP a prefill token | source |",

@@ -4,10 +4,11 @@ Values come in layers, lowest first: the schema's defaults, the SGLang release (
 the storage backend (`storage.backend`), the GPU (`hardware.gpu`) or a calibration file
 (`hardware.calibration`), the model preset (`model.preset`), then what SGLang derives from them
 (chunk size and memory fraction from the GPU's memory, device pools from memory minus weights,
-the host pool from the device pool, the host link from the io backend) and the switches
-SGLang's argument handling makes (a host layout the io backend or the backend cannot use). What
-the scenario writes wins over every layer. `Sources` maps each dotted key that did not come
-from the schema's defaults to its layer, and `config.resolved.yaml` prints it beside the value.
+the host pool from the device pool, the host link from the io backend), the prefill and decode
+speed of the GPU's roofline of the preset (`sim.deployment.compute`), and the switches SGLang's
+argument handling makes (a host layout the io backend or the backend cannot use). What the
+scenario writes wins over every layer. `Sources` maps each dotted key that did not come from
+the schema's defaults to its layer, and `config.resolved.yaml` prints it beside the value.
 """
 
 from __future__ import annotations
