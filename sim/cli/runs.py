@@ -202,6 +202,7 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
         extra += f", sweep of {len(plan(sc, scenario)):,} runs"
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
     _print_sources(sc)
+    _warn_made_up_compute(sc)
     _print_sizes(sc)
     _warn_horizon(sc)
     raw = read_document(Path(scenario))
@@ -212,6 +213,20 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
         click.echo(
             f"note: storage.pools.{pool} is not given: the {pool} pool is stored unbounded and "
             "fault-free (the defaults; the resolved configuration lists them)"
+        )
+
+
+def _warn_made_up_compute(scenario: Scenario) -> None:
+    """Compute speeds neither written nor derived from a GPU and a preset are the schema's
+    made-up figures, on stderr (exit 0): every TTFT and any overload follow from them."""
+    from sim.deployment.compute import made_up_compute
+
+    for key in made_up_compute(scenario.sources):
+        click.echo(
+            f"warning: {key} = {show_value(get(scenario_document(scenario), key))} is the "
+            "schema's made-up default; write it, or name hardware.gpu and model.preset to "
+            "derive it from the GPU's roofline (docs/compute.md)",
+            err=True,
         )
 
 

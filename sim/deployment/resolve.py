@@ -4,10 +4,11 @@ Values come in layers, lowest first: the schema's defaults, the SGLang release (
 the storage backend (`storage.backend`), the GPU (`hardware.gpu`) or a calibration file
 (`hardware.calibration`), the model preset (`model.preset`), then what SGLang derives from them
 (chunk size and memory fraction from the GPU's memory, device pools from memory minus weights,
-the host pool from the device pool, the host link from the io backend) and the switches
-SGLang's argument handling makes (a host layout the io backend or the backend cannot use). What
-the scenario writes wins over every layer. `Sources` maps each dotted key that did not come
-from the schema's defaults to its layer, and `config.resolved.yaml` prints it beside the value.
+the host pool from the device pool, the host link from the io backend), the prefill and decode
+speed of the GPU's roofline of the preset (`sim.deployment.compute`), and the switches SGLang's
+argument handling makes (a host layout the io backend or the backend cannot use). What the
+scenario writes wins over every layer. `Sources` maps each dotted key that did not come from
+the schema's defaults to its layer, and `config.resolved.yaml` prints it beside the value.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from sim.core.documents import layered
 from sim.core.spec import KeyedError, ScenarioError
+from sim.deployment.compute import roofline
 from sim.deployment.hardware import GPUS, read_calibration
 from sim.deployment.profiles import ChunkTier, backend_of, release_of
 from sim.deployment.releases import TIERS_SINCE_0_5_20
@@ -199,6 +201,7 @@ class Derivation:
                 f"{server}'s chunked-prefill default for {memory:,} MiB",
             )
         self.host_link()
+        self.compute_speed()
         problems: list[KeyedError] = []
         if not has(self.doc, "device.kv_pages") and _number(memory):
             try:
@@ -219,6 +222,30 @@ class Derivation:
             )
         self.host_swa_pool()
         return problems
+
+    def compute_speed(self) -> None:
+        """Prefill and decode speed from the roofline of the named GPU running the preset
+        (`sim.deployment.compute`); a value the document writes wins, and says what the
+        roofline would have given."""
+        gpu, name = get(self.doc, "hardware.gpu"), get(self.model, "preset")
+        tp = self.value("server.tp_size")
+        if (
+            not isinstance(gpu, str)
+            or not isinstance(name, str)
+            or self.refusal("server.tp_size", tp)
+        ):
+            return
+        found = roofline(gpu, name, tp) if isinstance(tp, int) else None
+        if found is None:
+            return
+        for key, value, why in (
+            ("compute.prefill_tokens_per_s", found.prefill_tokens_per_s, found.prefill_why()),
+            ("compute.decode_ms_per_token", found.decode_ms_per_token, found.decode_why()),
+        ):
+            if not has(self.doc, key):
+                self.fill(key, value, why)
+            elif self.sources[key] == USER and get(self.doc, key) != value:
+                self.sources.of[key] = f"{USER}; the {found.label} gives {show_value(value)}"
 
     def host_swa_pool(self) -> None:
         """buffer_only mode stages SWA windows through a host SWA pool that SGLang sizes as

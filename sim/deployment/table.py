@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from sim.deployment.compute import gpu_table, model_table, roofline_table
 from sim.deployment.profiles import (
     SGLANG_RELEASES,
     STORAGE_BACKENDS,
@@ -79,7 +80,13 @@ def backends_table() -> str:
     return "\n".join(lines)
 
 
-TABLES = {"releases": releases_table, "backends": backends_table}
+TABLES = {
+    "releases": releases_table,
+    "backends": backends_table,
+    "compute gpus": gpu_table,
+    "compute models": model_table,
+    "compute roofline": roofline_table,
+}
 """The docs' generated blocks, by the name of their markers."""
 
 
