@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from sim.core.stats import confidence, metric_range
 from sim.engine.metrics import summary_keys
-from sim.outputs.findings import interval, sweep_findings
+from sim.outputs.findings import interval
+from sim.outputs.findings_sweep import sweep_findings
 from sim.studies.sweep import points_table
 
 KEYS = sorted(summary_keys(("kv", "swa", "mamba")))

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from sim.outputs.plot import _rounded, _save, _tick_labels
+from sim.outputs.figures import _tick_labels, save_figure
+from sim.outputs.plot_capacity import _rounded
 
 
 def test_tick_labels_stay_mathtext_and_names_are_drawn_as_written(tmp_path: Path) -> None:
@@ -17,7 +18,7 @@ def test_tick_labels_stay_mathtext_and_names_are_drawn_as_written(tmp_path: Path
     ax.bar(["$a$ rule", "b"], [10.0, 6773.0])
     ax.set_yscale("log")
     title = ax.set_title("rule $x$")
-    _save(fig, tmp_path, "plot")
+    save_figure(fig, tmp_path, "plot")
     fig.canvas.draw()
     assert not title.get_parse_math()
     numbers = [t for t in _tick_labels(fig) if t.get_text()]

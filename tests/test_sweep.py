@@ -22,7 +22,7 @@ from click.testing import Result
 from scipy import stats
 
 from sim.engine.runner import run
-from sim.outputs.plot import plot_sweep
+from sim.outputs.plot_sweep import plot_sweep
 from sim.scenario.schema import ScenarioError, build_scenario, load_scenario
 from sim.studies.capacity import CapacitySearch
 from sim.studies.sweep import Task, plan, run_sweep, sweep_seeds

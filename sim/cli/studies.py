@@ -60,7 +60,7 @@ def sweep_cmd(
     overrides: tuple[str, ...],
 ) -> None:
     """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
-    from sim.outputs.plot import plot_sweep
+    from sim.outputs.plot_sweep import plot_sweep
     from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
     from sim.studies.sweep import (
@@ -216,7 +216,7 @@ def capacity_cmd(
 
     Every argument is checked before the first run; a refused one exits 2 and writes nothing.
     """
-    from sim.outputs.plot import plot_capacity
+    from sim.outputs.plot_capacity import plot_capacity
     from sim.results.directories import default_out
     from sim.studies.capacity import CapacitySearch
 

@@ -15,9 +15,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sim.core.stats import parse_target
+from sim.outputs.figures import save_figure
 from sim.outputs.files import replace_file
 from sim.outputs.html import details, html_table, page, png_figure, render_png, section
-from sim.outputs.plot import _save
 
 PLOTTED = (("ttft_p99_s", "TTFT p99 (s)"), ("l3_loaded_rate", "restored from storage (share)"))
 
@@ -84,7 +84,7 @@ def frontier_figure(
 
 def plot_plan(directory: Path, tables: dict[str, pd.DataFrame], doc: dict[str, Any]) -> list[Path]:
     """frontier.png and frontier.svg."""
-    return _save(plot_figure(tables, doc), directory, "frontier")
+    return save_figure(plot_figure(tables, doc), directory, "frontier")
 
 
 def write_plan_page(directory: Path, tables: dict[str, pd.DataFrame], doc: dict[str, Any]) -> Path:
