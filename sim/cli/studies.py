@@ -216,6 +216,8 @@ def capacity_cmd(
 
     Every argument is checked before the first run; a refused one exits 2 and writes nothing.
     """
+    from sim.outputs.answers import SAME_NOTE, same_every_seed
+    from sim.outputs.overload import value_overload
     from sim.outputs.plot_capacity import plot_capacity
     from sim.results.directories import default_out
     from sim.studies.capacity import CapacitySearch
@@ -254,11 +256,15 @@ def capacity_cmd(
         click.echo(search.reference.describe(search))
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
+        same = f" ({SAME_NOTE})" if same_every_seed(vars(ev)) else ""
         click.echo(
             f"{param}={search.shown(ev.value)}: mean {ev.mean:.4g} "
-            f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
+            f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}]{same} n={ev.n} {verdict}"
         )
     click.echo(answer.describe(search.given))
+    overloaded = value_overload(target_dir / TASKS, sc, answer)
+    if overloaded:
+        click.echo(f"WARNING: {overloaded['statement']}")
     for path in drawn(plot_capacity, target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")

@@ -11,6 +11,8 @@ import pandas as pd
 
 from sim.core.stats import parse_target
 from sim.core.units import cell, is_missing, number
+from sim.outputs.answers import SAME_NOTE, same_every_seed
+from sim.outputs.findings import Row
 
 
 def capacity_findings(
@@ -32,17 +34,14 @@ def capacity_findings(
         sentences.append(
             f"The smallest {param} that meets {target} with 95 % confidence over {seeds} seeds "
             f"is {answer_text(param, best['value'], answer.get('largest_failing'), config)}: "
-            f"{metric} mean {cell(metric, best['mean'])}, "
-            f"95 % CI [{cell(metric, best['ci_low'])}, {cell(metric, best['ci_high'])}]."
+            f"{_spread(metric, best)}."
         )
         failing = next((r for r in rows if _same(r["value"], answer.get("largest_failing"))), None)
         if failing is not None:
             gap = best["value"] - failing["value"]
             sentences.append(
                 f"The largest value seen to fail, {quantity_text(param, failing['value'], gap)}, "
-                f"has {metric} "
-                f"mean {cell(metric, failing['mean'])}, 95 % CI [{cell(metric, failing['ci_low'])}"
-                f", {cell(metric, failing['ci_high'])}]: the answer is resolved to within "
+                f"has {_spread(metric, failing)}: the answer is resolved to within "
                 f"{quantity_text(param, gap, gap)}."
             )
     elif rows:
@@ -81,6 +80,20 @@ def capacity_findings(
             f"{param} grows; scan the values (--values) to be sure of the smallest."
         )
     return sentences
+
+
+def _spread(metric: str, row: Row) -> str:
+    """'m mean 0.1, 95 % CI [0.05, 0.15]', or that every seed gave the same value (an interval
+    of no width is no precision: the seeds vary nothing the metric depends on)."""
+    if same_every_seed(row):
+        return (
+            f"{metric} {cell(metric, row['mean'])} ({SAME_NOTE}: the seeds vary nothing it "
+            "depends on, so the interval has no width and measures no precision)"
+        )
+    return (
+        f"{metric} mean {cell(metric, row['mean'])}, "
+        f"95 % CI [{cell(metric, row['ci_low'])}, {cell(metric, row['ci_high'])}]"
+    )
 
 
 def param_value(value: Any) -> str:

@@ -7,11 +7,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
 from sim.core.stats import confidence, parse_target
 from sim.core.units import cell, metric_unit, number
-from sim.outputs.answers import answer_text, quantity_text
+from sim.outputs.answers import SAME_NOTE, answer_text, quantity_text, same_every_seed
 from sim.outputs.findings import interval
 from sim.outputs.findings_capacity import capacity_findings
 from sim.outputs.html import (
@@ -20,10 +21,13 @@ from sim.outputs.html import (
     findings_section,
     html_table,
     page,
+    plain_paragraph,
     png_figure,
     render_png,
     section,
+    warning_box,
 )
+from sim.outputs.plain import capacity_paragraph
 from sim.outputs.plot_capacity import capacity_figure
 from sim.outputs.report_parts import (
     deployment_section,
@@ -56,6 +60,7 @@ def capacity_page(directory: Path) -> str:
         ["answer", answered],
         ["largest failing value", quantity_text(param, failing)],
         ["statement", answer.get("statement", "")],
+        ["answer's runs overloaded", _overloaded_text(answer)],
     ]
     suffix = "" if metric_unit(metric) == "count" else f" ({metric_unit(metric)})"
     eval_rows = [
@@ -65,7 +70,8 @@ def capacity_page(directory: Path) -> str:
             cell(metric, r["mean"]),
             cell(metric, r["ci_low"]),
             cell(metric, r["ci_high"]),
-            "meets" if bool(r["meets"]) else "fails",
+            ("meets" if bool(r["meets"]) else "fails")
+            + (f" ({SAME_NOTE})" if same_every_seed(r) else ""),
             number(r["errors"]),
         ]
         for r in evaluations.sort_values("value").to_dict("records")
@@ -91,6 +97,7 @@ def capacity_page(directory: Path) -> str:
         "capacity",
         directory,
         [
+            section("answer", "Answer", *_answer(answer, evaluations, config)),
             deployment_section(config, {param: f"sized by the search: {answered}"}),
             scenario_section(
                 name,
@@ -108,6 +115,26 @@ def capacity_page(directory: Path) -> str:
             section("summary", "Summary", *summary),
         ],
     )
+
+
+def _answer(
+    answer: Mapping[str, Any], evaluations: pd.DataFrame, config: Mapping[str, Any]
+) -> list[str]:
+    """The answer in plain words (sim.outputs.plain), and a warning where its runs were
+    overloaded."""
+    rows = evaluations.to_dict("records")
+    parts = [plain_paragraph(capacity_paragraph(answer, rows, config))]
+    overloaded = answer.get("overloaded")
+    if isinstance(overloaded, Mapping):
+        parts.append(warning_box(str(overloaded.get("statement", ""))))
+    return parts
+
+
+def _overloaded_text(answer: Mapping[str, Any]) -> str:
+    overloaded = answer.get("overloaded")
+    if isinstance(overloaded, Mapping):
+        return f"yes: {overloaded.get('runs')} of {overloaded.get('of')} runs"
+    return "no" if "overloaded" in answer else "not recorded (written before the check)"
 
 
 def _relative_rows(answer: Mapping[str, Any], param: str) -> list[list[Any]]:
