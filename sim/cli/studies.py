@@ -60,6 +60,7 @@ def sweep_cmd(
     overrides: tuple[str, ...],
 ) -> None:
     """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
+    from sim.outputs.console import sweep_table
     from sim.outputs.plot_sweep import plot_sweep
     from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
@@ -130,6 +131,7 @@ def sweep_cmd(
     replace_file(target / CONFIG, lambda tmp: tmp.write_text(config))
     for path in drawn(plot_sweep, target):
         click.echo(f"wrote {path}")
+    click.echo(sweep_table(outcome.points, sc.sweep.target if sc.sweep else None))
     click.echo(
         f"{len(tasks)} runs ({outcome.computed} computed, {outcome.reused} reused) -> {target}"
     )

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from sim.core.stats import parse_target
-from sim.outputs.figures import save_figure, scale_x
+from sim.outputs.figures import LINE_STYLES, MARKERS, save_figure, scale_x
 from sim.results.reading import (
     read_sweep,
     task_records,
@@ -59,23 +59,38 @@ def _label(row: pd.Series, keys: list[str]) -> str:
 
 
 def _curves(points: pd.DataFrame, x: str, groups: list[str]) -> Figure:
-    # A metric with no value at any point (no loop was retried: no heal rate) gets no empty panel.
-    metrics = [
-        m
-        for m in ("heal_rate", "discard_rate")
-        if points[points["metric"] == m]["mean"].notna().any()
-    ] or ["heal_rate", "discard_rate"]
-    fig = Figure(figsize=(6 * len(metrics), 4.5), layout="constrained")
-    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-    for ax, metric in zip(axes, metrics, strict=True):
+    """Heal rate and discard rate against `x`, a line per setting of the other keys. Each line
+    has its own colour, line style and marker (lines that coincide stay visible, and the legend
+    says which coincide); a panel with no value says why instead of promising one (with no
+    discard at any point no loop formed, so the heal rate is undefined)."""
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    axes = fig.subplots(1, 2, sharex=True)
+    for ax, metric in zip(axes, ("heal_rate", "discard_rate"), strict=True):
         data = points[points["metric"] == metric]
         keyed = data.groupby(groups, dropna=False, sort=False) if groups else [((), data)]
+        drawn: list[tuple[np.ndarray, np.ndarray, str]] = []
         for _, series in keyed:
-            if series.empty:
+            if series.empty or not series["mean"].notna().any():
                 continue
             series = series.sort_values(x)
-            xs = series[x].astype(float)
-            ax.plot(xs, series["mean"], marker="o", label=_label(series.iloc[0], groups))
+            xs = series[x].to_numpy(dtype=float)
+            means = series["mean"].to_numpy(dtype=float)
+            name = _label(series.iloc[0], groups)
+            same = next(
+                (first for a, b, first in drawn if _equal(a, xs) and _equal(b, means)), None
+            )
+            k = len(drawn)
+            drawn.append((xs, means, name))
+            ax.plot(
+                xs,
+                means,
+                label=name if same is None else f"{name} (same as {same})",
+                color=f"C{k % 10}",
+                linestyle=LINE_STYLES[k % len(LINE_STYLES)],
+                marker=MARKERS[k % len(MARKERS)],
+                markersize=8 - 2 * (k % 3),
+                fillstyle="none" if k % 2 else "full",
+            )
             ax.fill_between(xs, series["ci_low"], series["ci_high"], alpha=0.2)
         scale_x(ax, points[x].astype(float).unique().tolist())
         ax.set_xlabel(x)
@@ -84,9 +99,25 @@ def _curves(points: pd.DataFrame, x: str, groups: list[str]) -> Figure:
         if ax.lines:
             ax.legend(fontsize=8)
         else:
-            ax.text(0.5, 0.5, f"no {metric} at any point", ha="center", transform=ax.transAxes)
+            ax.text(
+                0.5, 0.5, _no_value(points, metric), ha="center", wrap=True, transform=ax.transAxes
+            )
     fig.suptitle(f"heal rate and discard rate against {x}")
     return fig
+
+
+def _no_value(points: pd.DataFrame, metric: str) -> str:
+    """Why a panel has no line: no discard (so no loop, and no heal rate), or no retried loop."""
+    discards = points[points["metric"] == "discard_rate"]["mean"]
+    if metric == "discard_rate":
+        return "no prefetch was issued at any point:\nno discard rate"
+    if not (discards.fillna(0) > 0).any():
+        return "no discard at any point, so no loop formed:\nheal rate undefined"
+    return "no loop was retried at any point:\nheal rate undefined"
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
 
 
 CCDF_CURVES = 8
