@@ -89,7 +89,18 @@ def sweep_findings(
         sentences.append(
             f"Failed: point {fail.get('values')} seed {fail.get('seed')}: {fail.get('error')}."
         )
+    if len(failed) > LISTED_POINTS:
+        sentences.append(
+            f"{len(failed) - LISTED_POINTS:,} more failed runs are not listed here (sweep.json "
+            "has every one)."
+        )
     return sentences
+
+
+def _more(listed: int) -> str:
+    """What a list cut at LISTED_POINTS left out, said rather than dropped silently."""
+    left = listed - LISTED_POINTS
+    return f" and {left:,} more, not listed here (points.csv has every one)" if left > 0 else ""
 
 
 def _numeric(values: Sequence[Any]) -> bool:
@@ -138,6 +149,7 @@ def _overlaps(points: pd.DataFrame, grid: Mapping[str, list[Any]]) -> list[str]:
             )
             if apart:
                 text += f"; they are apart at {'; '.join(apart[:LISTED_POINTS])}"
+                text += _more(len(apart))
             if unknown:
                 text += f"; at {unknown} more a value has one seed: no interval"
             sentences.append(text + ".")
@@ -159,5 +171,5 @@ def _target(points: pd.DataFrame, target: str, keys: Sequence[str]) -> str:
     text = f"The target {target} holds with 95 % confidence at {len(meets)} of {len(rows)} points"
     if meets and len(meets) < len(rows):
         listed = "; ".join(where(r, keys) for r in meets[:LISTED_POINTS])
-        text += f": {listed}" + (" and more" if len(meets) > LISTED_POINTS else "")
+        text += f": {listed}" + _more(len(meets))
     return text + "."
