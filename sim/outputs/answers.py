@@ -82,7 +82,7 @@ def _held(param: str, value: float, config: Mapping[str, Any] | None) -> str:
 
 def same_every_seed(stats: Mapping[Any, Any]) -> bool:
     """Two seeds or more and an interval of no width: every seed gave the same value, because
-    the seeds vary nothing the metric depends on (a zero-width interval is then no precision)."""
+    what the seeds vary did not move the metric (a zero-width interval is then no precision)."""
     n, low, high = stats.get("n"), stats.get("ci_low"), stats.get("ci_high")
     return (
         isinstance(n, int | float)
@@ -103,7 +103,7 @@ def interval_text(metric: str, stats: Mapping[str, Any]) -> str:
     mean = stats["mean"]
     if same_every_seed(stats):
         return (
-            f"{metric} {mean:.4g} ({SAME_NOTE}: the seeds vary nothing {metric} depends on, so "
+            f"{metric} {mean:.4g} ({SAME_NOTE}: what the seeds vary did not move {metric}, so "
             "the interval has no width and measures no precision)"
         )
     return f"{metric} mean {mean:.4g}, 95 % CI [{stats['ci_low']:.4g}, {stats['ci_high']:.4g}]"

@@ -84,11 +84,11 @@ def capacity_findings(
 
 def _spread(metric: str, row: Row) -> str:
     """'m mean 0.1, 95 % CI [0.05, 0.15]', or that every seed gave the same value (an interval
-    of no width is no precision: the seeds vary nothing the metric depends on)."""
+    of no width is no precision: what the seeds vary did not move the metric)."""
     if same_every_seed(row):
         return (
-            f"{metric} {cell(metric, row['mean'])} ({SAME_NOTE}: the seeds vary nothing it "
-            "depends on, so the interval has no width and measures no precision)"
+            f"{metric} {cell(metric, row['mean'])} ({SAME_NOTE}: what the seeds vary did not "
+            "move it, so the interval has no width and measures no precision)"
         )
     return (
         f"{metric} mean {cell(metric, row['mean'])}, "
