@@ -195,7 +195,7 @@ def test_a_gb_key_takes_sizes_with_units_and_the_answer_says_gb(work: Path):
     statement = saved["statement"]
     assert statement.startswith(f"{CAP} = 400MB (0.40 GB):"), "as given, and rounded in GB"
     assert "0.10 GB does not meet it (resolved to within 0.30 GB)" in statement
-    assert " GB): discard_rate mean" in statement
+    assert " GB): discard_rate " in statement
     assert statement in result.stdout
     assert f"{CAP}=20MB (0.02 GB):" in result.stdout, "each value as given, and in GB"
 

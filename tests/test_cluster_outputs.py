@@ -18,12 +18,8 @@ from matplotlib.figure import Figure
 
 from sim.core.units import size_text
 from sim.outputs.console import summary_lines
-from sim.outputs.plot import (
-    PER_INSTANCE_LEGEND_MAX,
-    cluster_total,
-    comparison_figure,
-    run_figure,
-)
+from sim.outputs.plot_compare import comparison_figure
+from sim.outputs.plot_run import PER_INSTANCE_LEGEND_MAX, cluster_total, run_figure
 from sim.outputs.report import build_report
 from tests.conftest import PNG_MAGIC, invoke, make_doc, ok, read_summary
 from tests.test_report import Page, assert_self_contained, chromium, dump_dom

@@ -15,7 +15,7 @@ import yaml
 
 import sim.results.compare
 from sim.outputs.console import COMPARE_COLUMNS, format_table
-from sim.outputs.plot import plot_comparison
+from sim.outputs.plot_compare import plot_comparison
 from sim.scenario.schema import ScenarioError
 from sim.studies.variants import run_dir_names, split_outside_brackets, variant_set
 from tests.conftest import RUN_FILES, invoke, is_png, make_doc, ok, read_summary

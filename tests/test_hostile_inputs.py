@@ -262,13 +262,14 @@ def test_labels_with_mathtext_are_drawn_as_plain_text(tmp_path: Path) -> None:
 def test_a_plot_that_fails_never_loses_the_finished_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sim.outputs.plot
+    import sim.outputs.plot_compare
+    import sim.outputs.plot_sweep
 
     def broken(*args: object, **kwargs: object) -> list[Path]:
         raise RuntimeError("no figure")
 
-    monkeypatch.setattr(sim.outputs.plot, "plot_comparison", broken)
-    monkeypatch.setattr(sim.outputs.plot, "plot_sweep", broken)
+    monkeypatch.setattr(sim.outputs.plot_compare, "plot_comparison", broken)
+    monkeypatch.setattr(sim.outputs.plot_sweep, "plot_sweep", broken)
     scenario = _scenario(tmp_path, **{"workload.requests": 20, "duration_s": 20})
     out = tmp_path / "cmp"
     result = invoke("compare", str(scenario), "--heal", "none,keep_pages", "--out", str(out))

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from sim.core.stats import confidence, metric_range
 from sim.engine.metrics import summary_keys
-from sim.outputs.findings import interval, sweep_findings
+from sim.outputs.findings import interval
+from sim.outputs.findings_sweep import sweep_findings
 from sim.studies.sweep import points_table
 
 KEYS = sorted(summary_keys(("kv", "swa", "mamba")))
@@ -116,3 +117,19 @@ def test_one_seed_is_never_called_apart() -> None:
     )
     sentences = sweep_findings(points, {"heal": ["none", "keep_pages"]}, {"tasks": 2})
     assert not any("apart" in s for s in sentences), sentences
+
+
+def test_a_finding_cut_short_says_how_many_it_left_out() -> None:
+    """Two heal rules apart at ten settings of another key: six are listed and the other four
+    are counted, not dropped silently."""
+    rows = [
+        {"point": 2 * s + h, "entries": s, "heal": heal, "metric": "discard_rate",
+         "mean": 0.1 + 0.5 * h, "n": 3, "ci_low": 0.05 + 0.5 * h, "ci_high": 0.15 + 0.5 * h,
+         "std": 0.01}
+        for s in range(10)
+        for h, heal in enumerate(("none", "keep_pages"))
+    ]  # fmt: skip
+    grid = {"entries": list(range(10)), "heal": ["none", "keep_pages"]}
+    (sentence,) = [s for s in sweep_findings(pd.DataFrame(rows), grid, {}) if "apart at" in s]
+    assert sentence.count("entries=") == 6, sentence
+    assert "and 4 more, not listed here (points.csv has every one)" in sentence

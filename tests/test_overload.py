@@ -5,6 +5,7 @@ stderr from run, compare, sweep, capacity and plan, and first among the report's
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +79,55 @@ def test_validate_warns_when_the_horizon_ends_before_the_trace() -> None:
     told = ok(invoke("validate", scenario, "--set", "duration_s=600"))
     assert "10,281 of its 12,031 requests arrive after it" in told.stderr
     assert "ends before the trace" not in ok(invoke("validate", scenario)).stderr
+
+
+def test_capacity_and_plan_mark_an_answer_from_overloaded_runs(slow: Path) -> None:
+    """capacity.json and plan.json say the answer's runs were overloaded (how many, why, what
+    to change); the console says it beside the answer and the reports first on the page."""
+    told = ok(
+        invoke(
+            "capacity", "slow.yaml", "--param", "device.swa_pages", "--target", "requests>=1",
+            "--values", "400,800", "--seeds", "2", "--executor", "serial", "--out", "c",
+        )
+    )  # fmt: skip
+    saved = json.loads((slow / "c" / "capacity.json").read_text())
+    overloaded = saved["overloaded"]
+    assert overloaded["runs"] == overloaded["of"] == 2 and len(overloaded["warnings"]) == 2
+    assert "never finished" in overloaded["warnings"][0]
+    assert "compute.prefill_tokens_per_s" in overloaded["fix"]
+    assert f"WARNING: {overloaded['statement']}" in told.output
+    answer_line = told.output.index("device.swa_pages = 400 pages")
+    assert told.output.index("WARNING: 2 of the answer's 2 runs were overloaded") > answer_line
+    ok(invoke("report", "c"))
+    page = (slow / "c" / "report.html").read_text()
+    first = page.split('<section id="answer">')[1].split("</section>")[0]
+    assert '<p class="warning">Warning: 2 of the answer&#x27;s 2 runs were overloaded' in first
+    assert "overloaded (see the warning below)" in first
+    assert page.index('id="answer"') < page.index('id="deployment"')
+
+    doc = yaml.safe_load((slow / "slow.yaml").read_text())
+    doc["hardware"] = {"gpu": "h200"}
+    doc["storage"]["pools"] = {"kv": {"capacity_gb": 1.0}, "swa": {"capacity_gb": 0.1}}
+    doc["costs"] = {"gpu_hour_usd": {"h200": 3.0}, "storage_gb_month_usd": {"kv": 1, "swa": 1}}
+    (slow / "priced.yaml").write_text(yaml.safe_dump(doc))
+    told = ok(
+        invoke(
+            "plan", "priced.yaml", "--axis", "cluster.instances=1,2", "--target", "requests>=1",
+            "--seeds", "2", "--executor", "serial", "--out", "p",
+        )
+    )  # fmt: skip
+    saved = json.loads((slow / "p" / "plan.json").read_text())
+    assert saved["answer"]["values"] == {"cluster.instances": 1}
+    assert saved["overloaded"]["runs"] == 2 and "WARNING: 2 of the answer" in told.output
+    page = (slow / "p" / "report.html").read_text()
+    assert '<p class="warning">Warning: 2 of the answer' in page.split('id="deployment"')[0]
+
+
+def test_a_healthy_answer_is_not_marked(slow: Path) -> None:
+    ok(
+        invoke(
+            "capacity", "fast.yaml", "--param", "device.swa_pages", "--target", "requests>=1",
+            "--values", "400", "--seeds", "2", "--executor", "serial", "--out", "c",
+        )
+    )  # fmt: skip
+    assert json.loads((slow / "c" / "capacity.json").read_text())["overloaded"] is None

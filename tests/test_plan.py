@@ -116,10 +116,20 @@ def test_cli_writes_the_answer_frontier_plot_and_page_and_a_rerun_reuses(work: P
     args = ["plan", "plan.yaml", "--axis", "cluster.instances=1,2", "--axis", f"{SWA}=20MB,0.2"]
     args += ["--target", TARGET, "--seeds", "2", "--executor", "serial", "--out", "out"]
     result = ok(invoke(*args))
-    assert "cheapest: cluster.instances=1, storage.pools.swa.capacity_gb=0.2" in result.output
+    assert (
+        "cheapest of the 4 grid points to meet every target: cluster.instances=1, "
+        "storage.pools.swa.capacity_gb=0.2"
+    ) in result.output
     out = work / "out"
     saved = json.loads((out / "plan.json").read_text())
     assert saved["statement"] in result.output and saved["targets"] == [TARGET]
+    # 0.02 GB fails below the answer's 0.2 GB: the point between is named; one server is the
+    # least there is, so nothing is named below it.
+    assert saved["neighbours"] == [f"{SWA}=0.11: between 0.02, which fails, and the answer's 0.2"]
+    assert "worth adding to the grid" in saved["statement"] and saved["overloaded"] is None
+    # Every seed discards alike at these sizes: said, not shown as a zero-width interval.
+    assert "every seed gave the same value" in saved["statement"]
+    assert "discard_rate 0 [0, 0] (every seed gave the same value)" in result.output
     assert saved["axes"] == {"cluster.instances": [1, 2], SWA: [0.02, 0.2]}
     evaluations = pd.read_csv(out / "evaluations.csv")
     assert len(evaluations) == 4 and evaluations["answer"].sum() == 1
@@ -130,7 +140,20 @@ def test_cli_writes_the_answer_frontier_plot_and_page_and_a_rerun_reuses(work: P
         assert line["cost_usd_per_hour"].is_monotonic_increasing
         assert (sign * line["mean"]).is_monotonic_increasing, "each step buys a better metric"
     assert is_png(out / "frontier.png") and (out / "report.html").is_file()
-    assert "cheapest:" in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()
+    assert "cheapest of the 4 grid points" in page
+    plain = page.split('<p class="plain">')[1].split("</p>")[0]
+    assert page.index('class="plain"') < page.index('id="deployment"') < page.index('id="prices"')
+    assert plain.startswith("This plan priced 4 deployments of a custom model on servers of h200")
+    assert "the SWA storage pool&#x27;s capacity" in plain and "$3.20 per hour" in plain
+    assert "every seed gave the same value" in plain and "Not modelled" in plain
+    assert "storage.pools" not in plain and "cluster.instances" not in plain, "words, not keys"
+    card = page.split('<table id="deployment">')[1].split("</table>")[0]
+    assert "searched: 1, 2" in card and "GPU h200" in card
+    prices = page.split('<table id="prices">')[1].split("</table>")[0]
+    assert "$3 per GPU-hour" in prices and "$730 per GB-month ($1 per GB-hour)" in prices
+    assert "gpu_hour_usd" not in page.split('<table id="plan">')[1].split("</table>")[0]
+    assert '<table id="neighbours">' in page
     tasks = sorted(p.name for p in (out / "tasks").glob("*.json"))
     stamps = [(out / "tasks" / name).stat().st_mtime_ns for name in tasks]
     ok(invoke(*args))  # the same plan again: every run reused
@@ -248,3 +271,29 @@ def test_pareto_keeps_only_undominated_points() -> None:
 
     points = [point(0, 1, 5), point(1, 2, 6), point(2, 2, 3), point(3, 3, 3), point(4, 4, 1)]
     assert [p.point for p in pareto(points, "ttft_p99_s", "<=")] == [0, 2, 4]
+
+
+def test_the_points_worth_adding_lie_below_the_answer_where_the_grid_leaves_room() -> None:
+    """At the grid's lowest value of a priced axis, half of it; above a failing lower value, the
+    value between; nothing below one server, nor on an axis that does not change the price."""
+    from sim.outputs.grid import neighbours
+
+    def point(servers: int, gb: float, pages: int, cost: float, meets: bool) -> Any:
+        return ({"cluster.instances": servers, SWA: gb, "device.swa_pages": pages}, cost, meets)
+
+    grid = [
+        point(1, 0.1, 400, 1.0, False),
+        point(2, 0.1, 400, 2.0, False),
+        point(4, 0.1, 400, 4.0, True),
+        point(4, 0.1, 800, 4.0, True),
+    ]
+    answer = {"cluster.instances": 4, SWA: 0.1, "device.swa_pages": 400}
+    assert neighbours(grid, answer) == [
+        "cluster.instances=3: between 2, which fails, and the answer's 4",
+        f"{SWA}=0.05: below the answer's 0.1, the grid's lowest value on this axis",
+    ]
+    assert neighbours(grid, None) == []
+    assert neighbours([point(1, 0.1, 400, 1.0, True)], {**answer, "cluster.instances": 1}) == [
+        f"{SWA}=0.05: below the answer's 0.1, the grid's lowest value on this axis",
+        "device.swa_pages=200: below the answer's 400, the grid's lowest value on this axis",
+    ]

@@ -18,8 +18,11 @@ import pytest
 import yaml
 
 from sim.core.units import cell, metric_text, metric_unit
-from sim.outputs.findings import capacity_findings, compare_findings, run_findings
-from sim.outputs.report import build_report, header_comment
+from sim.outputs.findings_capacity import capacity_findings
+from sim.outputs.findings_compare import compare_findings
+from sim.outputs.findings_run import run_findings
+from sim.outputs.report import build_report
+from sim.outputs.report_parts import header_comment
 from tests.conftest import CONVERSATION_TRACE, PNG_MAGIC, invoke, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"
@@ -457,7 +460,7 @@ def visible_text(dom: str) -> str:
 
 
 def test_run_plot_has_restored_share_and_bandwidth_and_no_negative_axis(copy_of) -> None:
-    from sim.outputs.plot import run_figure
+    from sim.outputs.plot_run import run_figure
 
     fig = run_figure(copy_of("run"))
     titles = {ax.get_title(): ax for ax in fig.axes}
@@ -469,7 +472,7 @@ def test_run_plot_has_restored_share_and_bandwidth_and_no_negative_axis(copy_of)
 
 
 def test_compare_plot_leaves_no_empty_slot(copy_of) -> None:
-    from sim.outputs.plot import comparison_figure
+    from sim.outputs.plot_compare import comparison_figure
 
     fig = comparison_figure(copy_of("compare"))
     assert all(ax.axison for ax in fig.axes), "every cell of the grid holds a panel"

@@ -22,7 +22,7 @@ from click.testing import Result
 from scipy import stats
 
 from sim.engine.runner import run
-from sim.outputs.plot import plot_sweep
+from sim.outputs.plot_sweep import plot_sweep
 from sim.scenario.schema import ScenarioError, build_scenario, load_scenario
 from sim.studies.capacity import CapacitySearch
 from sim.studies.sweep import Task, plan, run_sweep, sweep_seeds
@@ -535,6 +535,27 @@ def test_cli_sweep_heatmap_uses_the_scenario_target(tmp_path: Path):
     assert is_png(out / "sweep_curves.png") and is_png(out / "loop_ccdf.png")
     heatmaps = sorted(p.name for p in out.glob("heatmap_*.png"))
     assert heatmaps == ["heatmap_discard_rate.png"], (heatmaps, result.output)
+
+
+def test_cli_sweep_ends_with_a_table_of_its_grid_points(tmp_path: Path):
+    """Like capacity's answer, a sweep's result is printed: a row per grid point, its swept
+    values and the main summary keys' means (± the half-width of the 95 % interval)."""
+    out = tmp_path / "out"
+    result = ok(
+        invoke("sweep", str(two_d_sweep(tmp_path)), "--executor", "serial", "--out", str(out))
+    )
+    lines = result.output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["point"])
+    header, rows = lines[start].split(), lines[start + 1 : start + 5]
+    assert header[:3] == ["point", CAP, "device.swa_pages"] and "discard_rate" in header
+    assert lines[start + 5].startswith("8 runs (8 computed"), "the table comes before the total"
+    points = pd.read_csv(out / "points.csv")
+    column = header.index("discard_rate")
+    for row in rows:
+        cells = [c for c in row.split("  ") if c.strip()]
+        point = int(cells[0])
+        mean = points[(points["point"] == point) & (points["metric"] == "discard_rate")]["mean"]
+        assert cells[column].strip().split(" ± ")[0] == f"{mean.iloc[0]:.4g}", row
 
 
 # --- capacity ------------------------------------------------------------------------------------

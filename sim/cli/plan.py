@@ -65,8 +65,11 @@ def plan_cmd(
     Prices come from the scenario's costs: section. Every argument and every point's price is
     checked before the first run; a refused one exits 2 and writes nothing.
     """
-    from sim.outputs.plan import plot_plan, write_plan_page
+    from sim.outputs.answers import SAME_NOTE, same_every_seed
+    from sim.outputs.plot_plan import plot_plan
+    from sim.outputs.report_plan import write_plan_page
     from sim.results.directories import default_out
+    from sim.scenario.schema import scenario_document
     from sim.studies.plan import PlanSearch, check_plan_out, parse_axis
 
     sc = load(scenario, overrides)
@@ -105,14 +108,18 @@ def plan_cmd(
         verdicts = "; ".join(
             f"{t.metric} {point.stats[t.metric]['mean']:.4g} "
             f"[{point.stats[t.metric]['ci_low']:.4g}, {point.stats[t.metric]['ci_high']:.4g}]"
+            + (f" ({SAME_NOTE})" if same_every_seed(point.stats[t.metric]) else "")
             for t in answer.targets
         )
         verdict = "meets" if point.meets_all else "fails"
         click.echo(f"${point.cost_usd_per_hour:,.2f}/h {where}: {verdicts} n={point.n} {verdict}")
     click.echo(answer.describe())
+    if doc["overloaded"]:
+        click.echo(f"WARNING: {doc['overloaded']['statement']}")
     for path in drawn(lambda d: plot_plan(d, tables, doc), target_dir):
         click.echo(f"wrote {path}")
-    for path in drawn(lambda d: [write_plan_page(d, tables, doc)], target_dir):
+    config = scenario_document(sc)
+    for path in drawn(lambda d: [write_plan_page(d, tables, doc, config)], target_dir):
         click.echo(f"wrote {path}")
     failed = sum(p.errors for p in answer.points)
     click.echo(f"evidence in {target_dir}")

@@ -60,7 +60,8 @@ def sweep_cmd(
     overrides: tuple[str, ...],
 ) -> None:
     """Run the scenario's sweep grid × seeds; write runs.parquet, points.csv and plots."""
-    from sim.outputs.plot import plot_sweep
+    from sim.outputs.console import sweep_table
+    from sim.outputs.plot_sweep import plot_sweep
     from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
     from sim.studies.sweep import (
@@ -130,6 +131,7 @@ def sweep_cmd(
     replace_file(target / CONFIG, lambda tmp: tmp.write_text(config))
     for path in drawn(plot_sweep, target):
         click.echo(f"wrote {path}")
+    click.echo(sweep_table(outcome.points, sc.sweep.target if sc.sweep else None))
     click.echo(
         f"{len(tasks)} runs ({outcome.computed} computed, {outcome.reused} reused) -> {target}"
     )
@@ -216,7 +218,9 @@ def capacity_cmd(
 
     Every argument is checked before the first run; a refused one exits 2 and writes nothing.
     """
-    from sim.outputs.plot import plot_capacity
+    from sim.outputs.answers import SAME_NOTE, same_every_seed
+    from sim.outputs.overload import value_overload
+    from sim.outputs.plot_capacity import plot_capacity
     from sim.results.directories import default_out
     from sim.studies.capacity import CapacitySearch
 
@@ -254,11 +258,15 @@ def capacity_cmd(
         click.echo(search.reference.describe(search))
     for ev in answer.evaluations:
         verdict = "meets" if ev.meets else "fails"
+        same = f" ({SAME_NOTE})" if same_every_seed(vars(ev)) else ""
         click.echo(
             f"{param}={search.shown(ev.value)}: mean {ev.mean:.4g} "
-            f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}] n={ev.n} {verdict}"
+            f"CI [{ev.ci_low:.4g}, {ev.ci_high:.4g}]{same} n={ev.n} {verdict}"
         )
     click.echo(answer.describe(search.given))
+    overloaded = value_overload(target_dir / TASKS, sc, answer)
+    if overloaded:
+        click.echo(f"WARNING: {overloaded['statement']}")
     for path in drawn(plot_capacity, target_dir):
         click.echo(f"wrote {path}")
     click.echo(f"evidence in {target_dir}")

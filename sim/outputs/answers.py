@@ -78,3 +78,32 @@ def _held(param: str, value: float, config: Mapping[str, Any] | None) -> str:
         parts.append(size_text(value * size.unit_bytes))
         return ", ".join(parts)
     return ""
+
+
+def same_every_seed(stats: Mapping[Any, Any]) -> bool:
+    """Two seeds or more and an interval of no width: every seed gave the same value, because
+    what the seeds vary did not move the metric (a zero-width interval is then no precision)."""
+    n, low, high = stats.get("n"), stats.get("ci_low"), stats.get("ci_high")
+    return (
+        isinstance(n, int | float)
+        and n >= 2
+        and isinstance(low, int | float)
+        and isinstance(high, int | float)
+        and not is_missing(low)
+        and float(low) == float(high)
+    )
+
+
+SAME_NOTE = "every seed gave the same value"
+
+
+def interval_text(metric: str, stats: Mapping[str, Any]) -> str:
+    """'discard_rate mean 0.15, 95 % CI [0.1, 0.2]', or where every seed gave the same value,
+    that, instead of an interval of no width that would read as precision."""
+    mean = stats["mean"]
+    if same_every_seed(stats):
+        return (
+            f"{metric} {mean:.4g} ({SAME_NOTE}: what the seeds vary did not move {metric}, so "
+            "the interval has no width and measures no precision)"
+        )
+    return f"{metric} mean {mean:.4g}, 95 % CI [{stats['ci_low']:.4g}, {stats['ci_high']:.4g}]"

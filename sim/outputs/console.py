@@ -183,3 +183,45 @@ def format_table(table: pd.DataFrame, label: str | None = None) -> str:
     return "\n".join(
         "  ".join(x.rjust(w) for x, w in zip(row, widths, strict=True)) for row in rows
     )
+
+
+SWEEP_COLUMNS = ("discard_rate", "loops", "heal_rate", "l3_loaded_rate", "ttft_p99_s")
+"""The summary keys `sweep` prints per grid point (points.csv has every one)."""
+SWEEP_ROWS = 40
+"""Grid points printed; the rest are in points.csv."""
+
+
+def sweep_table(points: pd.DataFrame, target: str | None = None) -> str:
+    """The grid points, one row each: the swept values, then each SWEEP_COLUMNS key's (and the
+    target's) mean over seeds ± the half-width of its 95 % interval."""
+    if points.empty:
+        return "no grid point has a summary"
+    swept = [str(c) for c in points.columns[: list(points.columns).index("metric")]]
+    metrics = list(SWEEP_COLUMNS)
+    if target:
+        metric = target.replace("<", ">").split(">")[0].strip()
+        metrics += [metric] if metric not in metrics else []
+    known = set(points["metric"])
+    metrics = [m for m in metrics if m in known]
+    rows = [[*swept, *metrics]]
+    groups = list(points.groupby("point", sort=True))
+    for _, group in groups[:SWEEP_ROWS]:
+        by_metric = {r["metric"]: r for r in group.to_dict("records")}
+        head = group.iloc[0]
+        rows.append([_fmt(head[k]) for k in swept] + [_spread(by_metric.get(m)) for m in metrics])
+    widths = [max(len(x) for x in col) for col in zip(*rows, strict=True)]
+    lines = ["  ".join(x.rjust(w) for x, w in zip(row, widths, strict=True)) for row in rows]
+    if len(groups) > SWEEP_ROWS:
+        lines.append(f"... {len(groups) - SWEEP_ROWS:,} more points in points.csv")
+    return "\n".join(lines)
+
+
+def _spread(row: Any) -> str:
+    """'0.25 ± 0.03' (mean ± the half-width of the 95 % interval); the mean alone where there
+    is no interval or no width (one seed, or every seed gave the same value)."""
+    if row is None or _fmt(row["mean"]) == "-":
+        return "-"
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if _fmt(low) == "-" or _fmt(high) == "-" or low == high:
+        return _fmt(row["mean"])
+    return f"{_fmt(row['mean'])} ± {(high - low) / 2:.2g}"

@@ -51,6 +51,9 @@ td .ci { display: block; color: #57606a; font-size: .78rem; }
 figure { margin: 1rem 0 1.8rem; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid #d0d7de; }
 figcaption { color: #57606a; font-size: .9rem; margin-top: .3rem; }
+.plain { font-size: 1.02rem; max-width: 60rem; }
+.warning { background: #fff8c5; border-left: 4px solid #bf8700; padding: .5rem .8rem;
+  margin: .6rem 0; font-weight: 600; }
 """
 SCRIPT = """
 window.addEventListener("load", function () {
@@ -105,6 +108,16 @@ def png_figure(png: bytes, caption: str) -> str:
         f'<figure><img src="data:image/png;base64,{data}" alt="{esc(caption)}">'
         f"<figcaption>{esc(caption)}</figcaption></figure>"
     )
+
+
+def warning_box(text: str) -> str:
+    """A warning the reader must not miss: an answer from runs that were overloaded."""
+    return f'<p class="warning">Warning: {esc(text)}</p>'
+
+
+def plain_paragraph(text: str) -> str:
+    """The page's answer in plain words, first on the page."""
+    return f'<p class="plain">{esc(text)}</p>'
 
 
 def details(summary: str, text: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.deployment.resolve import get
+from sim.scenario.schema import Scenario, scenario_document
 
 TTFT_P50_LIMIT_S = 10.0
 """A median time to first token above this is a queue, not a prefill: ten times the one-second
@@ -104,6 +105,59 @@ def study_overload(tasks: Path, config: Mapping[str, Any], what: str) -> str | N
         f"{overloaded:,} of {total:,} runs of this {what} were overloaded ({first}). Their "
         f"storage figures describe a queue, and an answer from them sizes the wrong thing: {_FIX}"
     )
+
+
+def answer_overload(
+    tasks: Path, config: Mapping[str, Any], values: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The `overloaded` field of capacity.json and plan.json: of the finished runs at the
+    answer's values (`tasks/`, one JSON file a run), how many were overloaded, why (a line a
+    run), what to change, and one statement to print; None when none was, or there is no
+    answer. An answer from such runs sizes a queue, not the storage."""
+    if values is None:
+        return None
+    runs, warnings = 0, []
+    for path in sorted(tasks.glob("*.json")) if tasks.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        summary, point = record.get("summary"), record.get("values")
+        if not isinstance(summary, Mapping) or not isinstance(point, Mapping):
+            continue
+        if set(point) != set(values) or any(point[k] != v for k, v in values.items()):
+            continue
+        runs += 1
+        reasons = config_overload(summary, config, point)
+        if reasons:
+            warnings.append(f"seed {record.get('seed')}: {'; '.join(reasons)}")
+    if not warnings:
+        return None
+    return {
+        "runs": len(warnings),
+        "of": runs,
+        "warnings": warnings,
+        "fix": _FIX,
+        "statement": (
+            f"{len(warnings):,} of the answer's {runs:,} runs were overloaded "
+            f"({warnings[0]}). Their storage figures describe a queue, and the answer sizes the "
+            f"wrong thing: {_FIX}"
+        ),
+    }
+
+
+def value_overload(tasks: Path, scenario: Scenario, answer: Any) -> dict[str, Any] | None:
+    """`answer_overload` of a capacity answer (its `param` and `answer`, None: no answer)."""
+    if answer.answer is None:
+        return None
+    return answer_overload(tasks, scenario_document(scenario), {answer.param: answer.answer})
+
+
+def point_overload(tasks: Path, scenario: Scenario, point: Any) -> dict[str, Any] | None:
+    """`answer_overload` of a plan's answer (a point with its `values`; None: no answer)."""
+    if point is None:
+        return None
+    return answer_overload(tasks, scenario_document(scenario), point.values)
 
 
 def overload_warning(reasons: list[str], where: str = "the run") -> str | None:

@@ -67,7 +67,7 @@ def write_comparison(
     `variants.json` (each variant's label, run directory and, from `sets`, the keys it set; the
     command-line option the variants came from, if any), a run directory per variant and the
     plot."""
-    from sim.outputs.plot import plot_comparison
+    from sim.outputs.plot_compare import plot_comparison
 
     labels = list(comparison.runs)
     dirs = run_dir_names(labels)

@@ -32,6 +32,7 @@ from sim.deployment.resolve import get
 from sim.engine.metrics import is_summary_key, summary_keys
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
+from sim.outputs.overload import value_overload
 from sim.outputs.progress import Progress
 from sim.results.directories import MARKER, MARKER_TEXT
 from sim.results.layout import CAPACITY, CONFIG, EVALUATIONS, TASKS
@@ -70,7 +71,7 @@ class CapacityAnswer:
         which is said first, the key's unit beside it."""
         if self.answer is None:
             return f"no value in range meets {self.target} with 95 % confidence"
-        from sim.outputs.answers import quantity_text
+        from sim.outputs.answers import interval_text, quantity_text
 
         best = next(e for e in self.evaluations if e.value == self.answer)
         gap = None if self.largest_failing is None else self.answer - self.largest_failing
@@ -80,8 +81,8 @@ class CapacityAnswer:
             shown = f"{written} ({shown})"
         line = (
             f"{self.param} = {shown}: "
-            f"{self.target.split('>')[0].split('<')[0]} mean {best.mean:.4g}, "
-            f"95 % CI [{best.ci_low:.4g}, {best.ci_high:.4g}] over {best.n} seeds"
+            f"{interval_text(self.target.split('>')[0].split('<')[0], asdict(best))} "
+            f"over {best.n} seeds"
         )
         if self.largest_failing is not None:
             line += (
@@ -291,6 +292,7 @@ class CapacitySearch:
                     "answer": answer.answer,
                     "largest_failing": answer.largest_failing,
                     "statement": answer.describe(self.given),
+                    "overloaded": value_overload(self.out / TASKS, self.scenario, answer),
                 },
                 indent=2,
             )

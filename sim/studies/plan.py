@@ -27,7 +27,10 @@ import pandas as pd
 from sim.core.documents import overlapping, parse_override
 from sim.core.stats import confidence
 from sim.core.units import parse_quantity
+from sim.outputs.answers import interval_text
 from sim.outputs.files import replace_file
+from sim.outputs.grid import neighbours_note, plan_neighbours
+from sim.outputs.overload import point_overload
 from sim.results.directories import (
     MARKER,
     MARKER_TEXT,
@@ -93,14 +96,11 @@ class PlanAnswer:
             )
         best = self.answer
         where = ", ".join(f"{k}={_text(v)}" for k, v in best.values.items())
-        parts = [
-            f"{t.metric} mean {best.stats[t.metric]['mean']:.4g}, 95 % CI "
-            f"[{best.stats[t.metric]['ci_low']:.4g}, {best.stats[t.metric]['ci_high']:.4g}]"
-            for t in self.targets
-        ]
+        parts = [interval_text(t.metric, best.stats[t.metric]) for t in self.targets]
         return (
-            f"cheapest: {where} at ${best.cost_usd_per_hour:,.2f}/hour ({best.gpus} GPUs): "
-            f"{'; '.join(parts)} over {best.n} seeds"
+            f"cheapest of the {len(self.points):,} grid points to meet every target: {where} at "
+            f"${best.cost_usd_per_hour:,.2f}/hour ({best.gpus} GPUs): {'; '.join(parts)} over "
+            f"{best.n} seeds{neighbours_note(plan_neighbours(self.points, best))}"
         )
 
 
@@ -263,6 +263,8 @@ class PlanSearch:
             "hours_per_month": HOURS_PER_MONTH,
             "answer": None if best is None else _point_json(best),
             "statement": answer.describe(),
+            "neighbours": plan_neighbours(answer.points, best),
+            "overloaded": point_overload(self.out / TASKS, self.scenario, best),
         }
 
 
