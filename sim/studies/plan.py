@@ -99,7 +99,8 @@ class PlanAnswer:
         parts = [interval_text(t.metric, best.stats[t.metric]) for t in self.targets]
         return (
             f"cheapest of the {len(self.points):,} grid points to meet every target: {where} at "
-            f"${best.cost_usd_per_hour:,.2f}/hour ({best.gpus} GPUs): {'; '.join(parts)} over "
+            f"${best.cost_usd_per_hour:,.2f}/hour ({best.gpus} GPU{'' if best.gpus == 1 else 's'})"
+            f": {'; '.join(parts)} over "
             f"{best.n} seeds{neighbours_note(plan_neighbours(self.points, best))}"
         )
 
