@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from sim.model.build import build_model
 from sim.model.chain import ROOT_KEY, ChainInterner
+from sim.model.faults import FaultStreams
 from sim.model.prefetch import AuxTransfer, PrefetchOp, hybrid_check, plan_aux_transfers
 from sim.model.storage import STORAGE_BATCH_PAGES, Storage, StoragePool
 from sim.scenario.schema import build_scenario
@@ -36,7 +37,7 @@ def make_pool(
         capacity_objects=capacity,
         get_fail_prob=get_fail,
         put_fail_prob=put_fail,
-        rng=np.random.default_rng(0),
+        faults=FaultStreams.seeded(0),
         put_outage_s=outage,
         access_log=[] if log else None,
     )

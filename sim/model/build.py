@@ -39,6 +39,7 @@ from sim.model.pools import (
     Pool,
     Residency,
 )
+from sim.model.faults import FaultStreams
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from sim.model.radix import RadixTree
 from sim.model.retries import PrefetchRetries
@@ -377,7 +378,7 @@ def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
         capacity,
         spec.get_fail_prob,
         spec.put_fail_prob,
-        stream(scenario.seed, pool.kind.stream_id),
+        FaultStreams.seeded(scenario.seed, pool.kind.stream_id),
         spec.put_outage_s,
         exists_ttl_s=scenario.storage.exists_ttl_s,
         eviction=scenario.storage.eviction,

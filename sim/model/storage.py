@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.core.registry import Registry
+from sim.model.faults import FAILED_READS, FaultStreams, draws
 from sim.model.pools import KV, Pool
 
 STORAGE_BATCH_PAGES = 128
@@ -36,15 +37,6 @@ STORAGE_COUNTERS = (
 """Per-pool counters every run reports as `storage_<pool>_<counter>` (`stored_bytes`: what the
 pool holds at the horizon; `torn_puts`: puts that left an unreadable object, `torn_reads`: reads
 that met one)."""
-
-FAILED_READS = ("keep", "delete", "halt", "miss_batch")
-"""What a failed read (a failure draw or a torn object) does: `keep` reports it and leaves the
-object, so `exists` goes on reporting it; `delete` also removes the object; `halt` raises out of
-the backend, which stops the reading server's storage prefetch for the rest of the run (SGLang's
-file backend to 0.5.21); `miss_batch` raises to a reader that catches it: the whole call (a KV
-batch, an aux transfer) counts 0 pages, the object stays, and reading goes on with the next
-prefetch (the file backend from 0.5.22, whose cache controller catches the error)."""
-
 
 EVICTION_ORDERS = ("lru", "fifo", "lease")
 """Which object a full pool evicts: `lru` refreshes an object on a read and on a skipped rewrite
@@ -68,7 +60,8 @@ class StoragePool:
     capacity_objects: int | None
     get_fail_prob: float
     put_fail_prob: float
-    rng: np.random.Generator
+    faults: FaultStreams
+    """Its read-failure, write-failure and tear draws, each from its own stream."""
     put_outage_s: tuple[float, float] | None = None
     get_hits: int = 0
     get_misses: int = 0
@@ -235,7 +228,7 @@ class StoragePool:
         the read of a stored object; what that does to it is `failed_read`'s.
         """
         objects, lru, torn = self._objects, self._lru, self._torn
-        fails = self._draws(len(keys), self.get_fail_prob)
+        fails = draws(self.faults.get, len(keys), self.get_fail_prob, self.ranks)
         if fails is not None and self.ranks > 1:
             fails = np.asarray(fails.any(axis=1))
         log = self.access_log
@@ -320,8 +313,9 @@ class StoragePool:
         n = len(keys)
         window = self.put_outage_s
         outage = window is not None and window[0] <= now_s < window[1]
-        fails = None if outage or self.put_fail_prob <= 0.0 else self._draws(n, self.put_fail_prob)
-        torn = None if outage or self.torn_put_prob <= 0.0 else self._draws(n, self.torn_put_prob)
+        faults, ranks = self.faults, self.ranks
+        fails = None if outage else draws(faults.put, n, self.put_fail_prob, ranks)
+        torn = None if outage else draws(faults.torn, n, self.torn_put_prob, ranks)
         objects, stale, log = self._objects, self._stale, self.access_log
         if not self.write_dedup:
             return self._overwrite(keys, now_s, client, outage, fails, torn)
@@ -530,14 +524,6 @@ class StoragePool:
         if mask:
             self._shards[key] = mask
         return False
-
-    def _draws(self, n: int, prob: float) -> np.ndarray | None:
-        """Failure draws, one per key and rank (a vector for one rank, else n rows)."""
-        if prob <= 0.0 or n == 0:
-            return None
-        if self.ranks == 1:
-            return self.rng.random(n) < prob
-        return self.rng.random((n, self.ranks)) < prob
 
 
 @dataclass
