@@ -6,9 +6,10 @@ from collections.abc import Iterable, Mapping
 
 from sim.model.components import AuxDevice
 from sim.model.faults import FaultStreams
+from sim.model.object_store import StoragePool
 from sim.model.pools import KV, POOL_KINDS, Pool, Residency
 from sim.model.radix import Node, RadixTree
-from sim.model.storage import Storage, StoragePool
+from sim.model.storage import Storage
 
 
 def make_tree(

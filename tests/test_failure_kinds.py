@@ -12,7 +12,7 @@ import pytest
 
 from sim.engine.runner import run
 from sim.model.faults import FaultStreams
-from sim.model.storage import StoragePool
+from sim.model.object_store import StoragePool
 from sim.scenario.schema import load_scenario
 
 FAILURES = Path(__file__).resolve().parents[1] / "scenarios" / "failures"

@@ -12,7 +12,7 @@ from sim.engine.metrics import WALL_CLOCK_KEYS
 from sim.engine.runner import run
 from sim.model.build import build_cluster
 from sim.model.faults import FaultStreams
-from sim.model.storage import StoragePool
+from sim.model.object_store import StoragePool
 from sim.scenario.schema import load_scenario
 
 REPO = Path(__file__).resolve().parents[1]

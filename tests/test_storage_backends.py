@@ -9,7 +9,8 @@ import pytest
 from sim.engine.runner import run
 from sim.model.build import Timing
 from sim.model.faults import FaultStreams
-from sim.model.storage import Storage, StoragePool
+from sim.model.object_store import StoragePool
+from sim.model.storage import Storage
 from sim.scenario.schema import build_scenario
 from tests.conftest import TINY_SWEEP, make_doc
 from tests.model_helpers import layout

@@ -43,7 +43,8 @@ from sim.model.faults import FaultStreams
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from sim.model.radix import RadixTree
 from sim.model.retries import PrefetchRetries
-from sim.model.storage import Storage, StoragePool
+from sim.model.object_store import StoragePool
+from sim.model.storage import Storage
 from sim.workload.kinds import Workload
 
 if TYPE_CHECKING:

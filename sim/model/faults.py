@@ -56,3 +56,24 @@ def draws(rng: np.random.Generator, n: int, prob: float, ranks: int) -> np.ndarr
     if ranks == 1:
         return rng.random(n) < prob
     return rng.random((n, ranks)) < prob
+
+
+def shards_stored(
+    shards: dict[int, int], key: int, fails: np.ndarray | None, i: int, ranks: int
+) -> bool:
+    """Write an absent key's shards that the `i`-th draws let through, noting in `shards` the
+    ranks that hold one while some lack theirs; True once every rank holds one (one rank: the
+    draw itself)."""
+    if ranks == 1:
+        return fails is None or not fails[i]
+    mask = shards.pop(key, 0)
+    if fails is None:
+        return True
+    for rank, failed in enumerate(fails[i]):
+        if not failed:
+            mask |= 1 << rank
+    if mask == (1 << ranks) - 1:
+        return True
+    if mask:
+        shards[key] = mask
+    return False
