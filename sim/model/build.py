@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.cluster.routing import Router
+from sim.cluster.signals import Router
 from sim.core.units import GB
 from sim.heal import RULES, DiscardView
 from sim.model.anchors import AnchorPins
 from sim.model.backup import StagedWrite, WritePath
 from sim.model.components import AuxDevice
 from sim.model.existence import ExistenceCache
+from sim.model.faults import FaultStreams
 from sim.model.heals import PoolDrops
 from sim.model.host import (
     CACHE_PREFETCH_CAPACITY_FRACTION,
@@ -30,6 +31,7 @@ from sim.model.host import (
     HostPool,
 )
 from sim.model.loops import LoopTracker
+from sim.model.object_store import StoragePool
 from sim.model.pools import (
     EVICTION_STREAM,
     KV,
@@ -39,11 +41,9 @@ from sim.model.pools import (
     Pool,
     Residency,
 )
-from sim.model.faults import FaultStreams
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from sim.model.radix import RadixTree
 from sim.model.retries import PrefetchRetries
-from sim.model.object_store import StoragePool
 from sim.model.storage import Storage
 from sim.workload.kinds import Workload
 
@@ -197,7 +197,12 @@ def build_cluster(
         evictions,
         servers,
         workload=workload or scenario.workload.build(page_size, workload_stream(scenario.seed)),
-        router=cluster.router.build(len(servers), page_size, stream(scenario.seed, ROUTER_STREAM)),
+        router=cluster.router.build(
+            len(servers),
+            page_size,
+            stream(scenario.seed, ROUTER_STREAM),
+            horizon_s=scenario.duration_s,
+        ),
         duration_s=scenario.duration_s,
         warmup_s=scenario.warmup_s,
         arrival_scale=1.0 / cluster.instances if cluster.scale_arrivals else 1.0,
