@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_a_read_failure_that_never_fires_moves_no_summary_value() -> None:
     """The demo with SWA reads failing at the smallest positive rate: the read draws are taken
     but none fails, so the run is the demo's, value for value (with one shared stream the
-    read draws shifted the write failures: written pages 9,655 -> 9,591)."""
+    read draws shifted the write failures: written pages 27,966 -> 27,866)."""
     demo = REPO / "scenarios" / "demo.yaml"
     plain = run(load_scenario(demo)).summary
     drawn = run(load_scenario(demo, ["storage.pools.swa.get_fail_prob=5e-324"])).summary
