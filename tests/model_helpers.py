@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-import numpy as np
-
 from sim.model.components import AuxDevice
+from sim.model.faults import FaultStreams
+from sim.model.object_store import StoragePool
 from sim.model.pools import KV, POOL_KINDS, Pool, Residency
 from sim.model.radix import Node, RadixTree
-from sim.model.storage import Storage, StoragePool
+from sim.model.storage import Storage
 
 
 def make_tree(
@@ -64,7 +64,7 @@ def make_storage(
     """A storage whose pools hold exactly `contents` (unbounded, fault-free)."""
     stores: dict[str, StoragePool] = {}
     for name, keys in contents.items():
-        store = StoragePool(name, object_bytes, None, 0.0, 0.0, np.random.default_rng(0))
+        store = StoragePool(name, object_bytes, None, 0.0, 0.0, FaultStreams.seeded(0))
         assert all(store.put(list(keys), 0.0))
         stores[name] = store
     return Storage(stores, layout(contents, window_pages), 1e9, 1e9, 0.5)

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from sim.model.build import build_model
 from sim.model.chain import ROOT_KEY, ChainInterner
+from sim.model.faults import FaultStreams
+from sim.model.object_store import StoragePool
 from sim.model.prefetch import AuxTransfer, PrefetchOp, hybrid_check, plan_aux_transfers
-from sim.model.storage import STORAGE_BATCH_PAGES, Storage, StoragePool
+from sim.model.storage import STORAGE_BATCH_PAGES, Storage
 from sim.scenario.schema import build_scenario
 from tests.conftest import make_doc
 from tests.model_helpers import layout, pool
@@ -36,7 +38,7 @@ def make_pool(
         capacity_objects=capacity,
         get_fail_prob=get_fail,
         put_fail_prob=put_fail,
-        rng=np.random.default_rng(0),
+        faults=FaultStreams.seeded(0),
         put_outage_s=outage,
         access_log=[] if log else None,
     )

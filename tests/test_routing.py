@@ -5,25 +5,18 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import pytest
 
-from sim.cluster.routing import (
-    ROUTERS,
-    CacheAware,
-    CacheAwareSpec,
-    CacheView,
-    DynamoKvSpec,
-    LlmDSpec,
-    PrefixTree,
-    Router,
-    Signals,
-    dynamo_cost,
-    llm_d_scores,
-    observe,
-    softmax_pick,
-)
+from sim.cluster.cache_aware import CacheAware, CacheAwareSpec, PrefixTree
+from sim.cluster.dynamo_kv import DynamoKvSpec, dynamo_cost, softmax_pick
+from sim.cluster.llm_d import LlmDSpec, llm_d_scores
+from sim.cluster.routing import ROUTERS
+from sim.cluster.signals import CacheView, Router, Signals, observe
+from sim.cluster.staleness import StaleLoads
+from sim.engine.runner import run
 from sim.scenario.schema import ScenarioError
 from sim.workload.kinds import Request
 from tests.conftest import make_scenario
@@ -312,9 +305,9 @@ def test_llm_d_reads_queue_and_kv_metrics_only_at_each_refresh() -> None:
     assert r.route(request(chain(3, 4)), servers, 1.0) == 0
 
 
-def test_a_stale_router_decides_on_the_loads_of_the_last_routing_that_old() -> None:
-    """cache_aware's imbalance rule on loads 5 s old: before any routing that old the servers
-    look idle; the loads of the routing at 0 s are seen at 5.5 s, those of 1 s at 6 s."""
+def test_a_stale_router_decides_on_the_loads_noted_that_long_ago() -> None:
+    """cache_aware's imbalance rule on loads 5 s old: before any note that old the servers
+    look idle; the loads noted at the routing at 0 s are seen at 5.5 s, those of 1 s at 6 s."""
     r = router("cache_aware", 2, balance_abs_threshold=1, signal_delay_s=5.0)
     assert r.route(request(chain(1, 4)), [Load(100), Load(0)], 0.0) == 0  # idle view
     assert r.route(request(chain(2, 4)), [Load(0), Load(100)], 1.0) == 0
@@ -352,3 +345,59 @@ def test_kv_events_report_a_routed_request_s_output_pages_too(policy: str) -> No
     assert events.visible(chosen, [*chain(1, 6), 7], 0.5) == 0
     assert events.visible(chosen, [*chain(1, 6), 7], 1.0) == 6
     assert events.visible(1 - chosen, chain(1, 6), 9.0) == 0
+
+
+def test_a_tiny_delay_hides_no_decision_older_than_it() -> None:
+    """A request routed (and noted on arrival at its server) 1 s ago is seen by a router whose
+    signals are 1 ns late: the next request goes to the other server, as with no delay."""
+    r = router("cache_aware", 2, balance_abs_threshold=0, signal_delay_s=1e-9)
+    stale = cast(StaleLoads, r)
+    servers = [Load(), Load()]
+    for i in range(6):
+        chosen = r.route(request(chain(i + 1, 4)), servers, float(i))
+        servers[chosen].in_flight += 1
+        stale.observed(chosen, servers[chosen], float(i))
+    assert [server.in_flight for server in servers] == [3, 3]
+
+
+def test_a_stale_router_keeps_only_the_notes_a_later_routing_can_read() -> None:
+    """Routings 1 s apart under a 0.5 s delay keep at most two notes a server (the one read and
+    the one after it); a delay past the horizon keeps none."""
+    servers = [Load(in_flight=i) for i in range(8)]
+    kept = cast(StaleLoads, router("cache_aware", 8, signal_delay_s=0.5))
+    past = ROUTERS["cache_aware"](signal_delay_s=200.0).build(
+        8, PAGE, np.random.default_rng(0), horizon_s=100.0
+    )
+    for t in range(100):
+        for server in servers:
+            server.in_flight += 1
+        for stale in (kept, cast(StaleLoads, past)):
+            stale.route(request(chain(t + 1, 4)), servers, float(t))
+            stale.observed(t % 8, servers[t % 8], float(t))
+    assert max(len(notes) for notes in kept.notes) <= 2
+    assert sum(len(notes) for notes in cast(StaleLoads, past).notes) == 0
+
+
+@pytest.mark.parametrize("policy", ["cache_aware", "prefix_hash", "power_of_two"])
+def test_a_cluster_routes_at_a_tiny_delay_as_at_none(policy: str) -> None:
+    """Arrivals further apart than the delay: every routing sees every earlier decision and
+    departure, so each request goes where it goes with no delay."""
+    knobs = {"balance_abs_threshold": 1} if policy == "cache_aware" else {}
+    if policy == "power_of_two":
+        knobs = {"load_poll_interval_s": 0.5}
+
+    def instances(delay_s: float) -> list[int]:
+        scenario = make_scenario(
+            **{
+                "cluster.instances": 4,
+                "cluster.router": {"policy": policy, "signal_delay_s": delay_s, **knobs},
+                "workload.arrival_rate_per_s": 20,
+                "workload.requests": 600,
+            }
+        )
+        requests = run(scenario).tables["requests"].sort_values("rid")
+        return requests["instance"].tolist()
+
+    fresh = instances(0.0)
+    assert len(set(fresh)) == 4
+    assert instances(1e-9) == fresh

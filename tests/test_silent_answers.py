@@ -175,7 +175,7 @@ def test_a_tiny_router_temperature_picks_the_cheapest_without_warnings(
 
     import numpy as np
 
-    from sim.cluster.routing import softmax_pick
+    from sim.cluster.dynamo_kv import softmax_pick
 
     rng = np.random.default_rng(1)
     with warnings.catch_warnings():

@@ -4,12 +4,13 @@ a stored key is skipped, and what SGLang's `direct` host io costs per copy."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from sim.engine.runner import run
 from sim.model.build import Timing
-from sim.model.storage import Storage, StoragePool
+from sim.model.faults import FaultStreams
+from sim.model.object_store import StoragePool
+from sim.model.storage import Storage
 from sim.scenario.schema import build_scenario
 from tests.conftest import TINY_SWEEP, make_doc
 from tests.model_helpers import layout
@@ -17,7 +18,7 @@ from tests.model_helpers import layout
 
 def pool(eviction: str = "lru", capacity: int | None = 3, **knobs: object) -> StoragePool:
     return StoragePool(
-        "kv", 10, capacity, 0.0, 0.0, np.random.default_rng(0), eviction=eviction, **knobs
+        "kv", 10, capacity, 0.0, 0.0, FaultStreams.seeded(0), eviction=eviction, **knobs
     )  # type: ignore[arg-type]
 
 
@@ -84,7 +85,7 @@ def test_without_dedup_a_stored_key_is_written_again_and_may_fail() -> None:
     dedup = pool(capacity=None)
     dedup.put([1, 2], 0.0)
     assert dedup.to_write([1, 2, 3], 0.0) == (1, 1)
-    rewrite = StoragePool("kv", 10, None, 0.0, 0.0, np.random.default_rng(0), write_dedup=False)
+    rewrite = StoragePool("kv", 10, None, 0.0, 0.0, FaultStreams.seeded(0), write_dedup=False)
     assert rewrite.put([1, 2], 0.0) == [True, True]
     assert rewrite.to_write([1, 2, 3], 0.0) == (3, 3)
     rewrite.put_fail_prob = 1.0

@@ -74,6 +74,9 @@ class Server:
         self.read_link, self.write_link = read_link, write_link
         """Where this server's storage reads and writes go (its own bandwidth or a share)."""
         self.left = left
+        self.load_changed: Callable[[Server], None] | None = None
+        """Told when the loads a router reads change inside the server: a prefill batch
+        admitted and a batch's prefill done (a delayed router notes them then)."""
         m = model
         self.tree, self.host, self.storage = m.tree, m.host, m.storage
         self.prefetcher, self.write_path = m.prefetcher, m.write_path
@@ -404,9 +407,13 @@ class Server:
             self._poll_retries()
             batch = self._prefill_batch()
             if batch:
+                if self.load_changed is not None:
+                    self.load_changed(self)
                 yield env.timeout(sum(timing.prefill_s(c.tokens, c.loaded_pages) for c in batch))
                 for chunk in batch:
                     self._chunk_done(chunk)
+                if self.load_changed is not None:
+                    self.load_changed(self)
                 continue
             retries = self.model.retries
             if retries is not None and retries.pending:

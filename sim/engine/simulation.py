@@ -15,7 +15,8 @@ from typing import Any
 
 import simpy
 
-from sim.cluster.routing import Router
+from sim.cluster.signals import Router
+from sim.cluster.staleness import StaleLoads
 from sim.engine.links import DedicatedLink, Link, SharedBandwidth
 from sim.engine.server import Server
 from sim.model.build import ClusterModel, Eviction
@@ -65,6 +66,12 @@ class Simulation:
             for model in cluster.servers
         ]
         self.router: Router = cluster.router
+        self.stale = self.router if isinstance(self.router, StaleLoads) else None
+        """A router on delayed signals, told when a server's load changes."""
+        self._index = {server: i for i, server in enumerate(self.servers)}
+        if self.stale is not None:
+            for server in self.servers:
+                server.load_changed = self._load_changed
         self._ts_interval = cluster.duration_s / 200.0 or cluster.duration_s
 
     def _links(self) -> tuple[Link, Link]:
@@ -124,11 +131,19 @@ class Simulation:
         servers = self.servers
         if len(servers) == 1:
             servers[0].arrive(req)
-        else:
-            servers[self.router.route(req, servers, self.env.now)].arrive(req)
+            return
+        chosen = self.router.route(req, servers, self.env.now)
+        servers[chosen].arrive(req)
+        if self.stale is not None:
+            self.stale.observed(chosen, servers[chosen], self.env.now)
+
+    def _load_changed(self, server: Server) -> None:
+        if self.stale is not None:
+            self.stale.observed(self._index[server], server, self.env.now)
 
     def _left(self, server: Server, req: Request, outcome: str) -> None:
         """A request left a server: a finished turn may be followed by the next."""
+        self._load_changed(server)
         if outcome == "finished":
             self.follow_up(req)
 

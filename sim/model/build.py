@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.cluster.routing import Router
+from sim.cluster.signals import Router
 from sim.core.units import GB
 from sim.heal import RULES, DiscardView
 from sim.model.anchors import AnchorPins
 from sim.model.backup import StagedWrite, WritePath
 from sim.model.components import AuxDevice
 from sim.model.existence import ExistenceCache
+from sim.model.faults import FaultStreams
 from sim.model.heals import PoolDrops
 from sim.model.host import (
     CACHE_PREFETCH_CAPACITY_FRACTION,
@@ -30,6 +31,7 @@ from sim.model.host import (
     HostPool,
 )
 from sim.model.loops import LoopTracker
+from sim.model.object_store import StoragePool
 from sim.model.pools import (
     EVICTION_STREAM,
     KV,
@@ -42,7 +44,7 @@ from sim.model.pools import (
 from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
 from sim.model.radix import RadixTree
 from sim.model.retries import PrefetchRetries
-from sim.model.storage import Storage, StoragePool
+from sim.model.storage import Storage
 from sim.workload.kinds import Workload
 
 if TYPE_CHECKING:
@@ -195,7 +197,12 @@ def build_cluster(
         evictions,
         servers,
         workload=workload or scenario.workload.build(page_size, workload_stream(scenario.seed)),
-        router=cluster.router.build(len(servers), page_size, stream(scenario.seed, ROUTER_STREAM)),
+        router=cluster.router.build(
+            len(servers),
+            page_size,
+            stream(scenario.seed, ROUTER_STREAM),
+            horizon_s=scenario.duration_s,
+        ),
         duration_s=scenario.duration_s,
         warmup_s=scenario.warmup_s,
         arrival_scale=1.0 / cluster.instances if cluster.scale_arrivals else 1.0,
@@ -377,7 +384,7 @@ def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
         capacity,
         spec.get_fail_prob,
         spec.put_fail_prob,
-        stream(scenario.seed, pool.kind.stream_id),
+        FaultStreams.seeded(scenario.seed, pool.kind.stream_id),
         spec.put_outage_s,
         exists_ttl_s=scenario.storage.exists_ttl_s,
         eviction=scenario.storage.eviction,

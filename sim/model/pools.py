@@ -128,7 +128,8 @@ class PoolKind:
     spec: type[PoolSpec]
     residency: Residency
     stream_id: int
-    """Random streams: faults use (stream_id,), backend evictions (EVICTION_STREAM, stream_id)."""
+    """Random streams: faults use (stream_id, source) (`sim.model.faults`), backend evictions
+    (EVICTION_STREAM, stream_id)."""
     stages_on_host: bool = False
     """In buffer_only mode its prefetch windows and write tails take host staging of their own
     (`host.<name>_pages`; SGLang's SWA host pool)."""

@@ -246,7 +246,15 @@ def read_sweep(directory: Path) -> SweepDir:
     points = with_columns(
         read_csv(directory / POINTS), directory / POINTS, POINT_COLUMNS, POINT_COLUMNS[2:]
     )
+    if not points.empty:
+        numbers = [key for key, values in grid.items() if all(map(_is_number, values))]
+        with_columns(points, directory / POINTS, map(str, grid), numbers)
     return SweepDir(directory, meta, grid, _target(meta.get("target"), path), points)
+
+
+def _is_number(value: Any) -> bool:
+    """A swept value the plots put on an axis (None: a point that left the key unset)."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sim.cluster.routing import DEFAULT_ROUTER, ROUTERS, RouterSpec
+from sim.cluster.routing import DEFAULT_ROUTER, ROUTERS
+from sim.cluster.spec import RouterSpec
 from sim.core.documents import layered
 from sim.core.registry import Registry
 from sim.core.spec import (

@@ -21,7 +21,7 @@ from typing import Any
 from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
 from sim.model.chain import ROOT_KEY, ChainInterner
-from sim.model.storage import StoragePool
+from sim.model.object_store import StoragePool
 from sim.scenario.schema import build_scenario
 from sim.workload.kinds import Request
 
