@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from sim.cli import cli
 from sim.scenario.schema import Scenario, apply_override, build_scenario
+from tests.conformance import report, tally
 
 REPO = Path(__file__).resolve().parents[1]
 CONVERSATION_TRACE = REPO / "traces" / "mooncake_conversation_trace.jsonl.gz"
@@ -142,3 +144,42 @@ def traced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path.write_text(yaml.safe_dump(make_doc(duration_s=20, **{"workload.requests": 20})))
     assert invoke("run", str(path), "--out", str(base / "run"), "--storage-trace").exit_code == 0
     return base / "run"
+
+
+# --- the conformance table across xdist workers ------------------------------------------------
+
+LOST_WORKERS: list[str] = []
+"""Workers that went down without handing back their conformance counts."""
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A worker hands its conformance counts to the controller; the controller (or a run
+    without xdist) writes the table into docs/fidelity.md when asked to."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["conformance"] = tally.counts()
+        return
+    if not tally.RUN or os.environ.get("HICACHE_WRITE_CONFORMANCE") != "1":
+        return
+    if LOST_WORKERS:
+        session.config.get_terminal_writer().line(
+            f"conformance table not written: workers {LOST_WORKERS} lost their counts", red=True
+        )
+        return
+    report.write_doc()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist's controller: add a finished worker's conformance counts to its own."""
+    output = getattr(node, "workeroutput", None)
+    if error is not None or output is None or "conformance" not in output:
+        LOST_WORKERS.append(node.gateway.id)
+        return
+    tally.add(output["conformance"])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if tally.RUN:
+        terminalreporter.write_sep("-", "conformance: cases held / run, by release")
+        terminalreporter.write_line(report.table())
