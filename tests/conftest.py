@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ from click.testing import CliRunner, Result
 
 from sim.cli import cli
 from sim.scenario.schema import Scenario, apply_override, build_scenario
+from tests.conformance import report, tally
 
 REPO = Path(__file__).resolve().parents[1]
 CONVERSATION_TRACE = REPO / "traces" / "mooncake_conversation_trace.jsonl.gz"
@@ -142,3 +146,76 @@ def traced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path.write_text(yaml.safe_dump(make_doc(duration_s=20, **{"workload.requests": 20})))
     assert invoke("run", str(path), "--out", str(base / "run"), "--storage-trace").exit_code == 0
     return base / "run"
+
+
+# --- the conformance table across xdist workers ------------------------------------------------
+
+LOST_WORKERS: list[str] = []
+"""Workers that went down without handing back their conformance counts."""
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A worker hands its conformance counts to the controller; the controller (or a run
+    without xdist) writes the table into docs/fidelity.md when asked to."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["conformance"] = tally.counts()
+        return
+    if not tally.RUN or os.environ.get("HICACHE_WRITE_CONFORMANCE") != "1":
+        return
+    if LOST_WORKERS:
+        session.config.get_terminal_writer().line(
+            f"conformance table not written: workers {LOST_WORKERS} lost their counts", red=True
+        )
+        return
+    report.write_doc()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist's controller: add a finished worker's conformance counts to its own."""
+    output = getattr(node, "workeroutput", None)
+    if error is not None or output is None or "conformance" not in output:
+        LOST_WORKERS.append(node.gateway.id)
+        return
+    tally.add(output["conformance"])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if tally.RUN:
+        terminalreporter.write_sep("-", "conformance: cases held / run, by release")
+        terminalreporter.write_line(report.table())
+
+
+# --- whole modules on one worker ---------------------------------------------------------------
+
+MODULE_GROUP = re.compile(r'^pytestmark = pytest\.mark\.xdist_group\("([\w-]+)"\)', re.M)
+
+
+@functools.cache
+def module_group(path: str) -> str | None:
+    """The group a test module declares with a module-level `xdist_group` mark, read from its
+    source (the controller collects nothing)."""
+    source = REPO / path
+    if not source.is_file():
+        return None
+    found = MODULE_GROUP.search(source.read_text())
+    return found[1] if found else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` keyed on the module-level marks as well: xdist passes a test's group
+    to the controller as a suffix of its node id, which pytest 9.2 no longer lets it change
+    (pytest-xdist issue 1386), so the groups would be dropped silently and a module's shared
+    fixture built once per worker. Groups go out first (the largest first), then single tests."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = module_group(nodeid.split("::", 1)[0])
+            return f"group:{group}" if group else str(super()._split_scope(nodeid))
+
+    return ModuleGroupScheduling(config, log)

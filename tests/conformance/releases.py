@@ -21,8 +21,10 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -47,28 +49,49 @@ too."""
 
 
 def source_dir(release: str) -> Path:
-    """The unpacked sources of a release, fetching and unpacking the wheel on first use."""
+    """The unpacked sources of a release, fetching and unpacking the wheel on first use.
+
+    Unpacked into a private folder and renamed into place, so that processes collecting at
+    once (xdist's workers on a fresh clone) never read a half-written tree: the first rename
+    wins and the others keep its sources."""
     target = CACHE / release
     stamp = target / ".unpacked"
     if stamp.exists():
         return target
     wheel = _wheel(release)
-    with zipfile.ZipFile(wheel) as archive:
-        for name in archive.namelist():
-            if name.endswith(".py") and name.startswith(UNPACKED):
-                archive.extract(name, target)
-    stamp.write_text(wheel.name + "\n")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=CACHE, prefix=f".unpacking-{release}-"))
+    work.chmod(0o755)
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for name in archive.namelist():
+                if name.endswith(".py") and name.startswith(UNPACKED):
+                    archive.extract(name, work)
+        (work / ".unpacked").write_text(wheel.name + "\n")
+        if target.exists() and not stamp.exists():
+            shutil.rmtree(target, ignore_errors=True)  # left half-unpacked by an older run
+        with contextlib.suppress(OSError):
+            work.rename(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not stamp.exists():
+        raise RuntimeError(f"could not unpack the sglang {release} wheel into {target}")
     return target
 
 
 def _wheel(release: str) -> Path:
+    """The release's wheel in the cache, downloaded into a private folder and moved into place
+    (a concurrent download replaces it with the same file, never a partial one)."""
     folder = CACHE / "wheels" / release
     found = sorted(folder.glob("sglang-*.whl"))
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder)]
-    done = subprocess.run([*command, f"sglang=={release}"], capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".downloading-{release}-") as tmp:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp]
+        done = subprocess.run([*command, f"sglang=={release}"], capture_output=True, text=True)
+        for wheel in Path(tmp).glob("sglang-*.whl"):
+            os.replace(wheel, folder / wheel.name)
     found = sorted(folder.glob("sglang-*.whl"))
     if done.returncode != 0 or not found:
         raise RuntimeError(f"could not fetch the sglang {release} wheel:\n{done.stderr[-2000:]}")

@@ -31,3 +31,16 @@ def agree(release: str, prop: str, function: str, case: Any, ours: Any, theirs: 
     raise Disagreement(
         f"sglang {release} {function}\n  input: {case!r}\n  sglang: {theirs!r}\n  model:  {ours!r}"
     )
+
+
+def counts() -> list[list[Any]]:
+    """This process's counts as plain lists (`[release, property, run, held]`), the form an
+    xdist worker can hand to the controller."""
+    return [[release, prop, run, HELD[release, prop]] for (release, prop), run in RUN.items()]
+
+
+def add(rows: list[list[Any]]) -> None:
+    """Add a worker's `counts()` to this process's."""
+    for release, prop, run, held in rows:
+        RUN[release, prop] += run
+        HELD[release, prop] += held

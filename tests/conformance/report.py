@@ -1,12 +1,11 @@
 """The conformance table: cases run and held by release and property, printed at the end of a
 run and, with `HICACHE_WRITE_CONFORMANCE=1`, written into docs/fidelity.md between its markers
-(so the table there is always a run's output, never typed)."""
+(so the table there is always a run's output, never typed). The hooks that call these live in
+tests/conftest.py, which every pytest process loads, the xdist controller included."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
 
 from tests.conformance import releases
 from tests.conformance.tally import HELD, RUN
@@ -29,15 +28,8 @@ def table() -> str:
     return "\n".join(lines)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if RUN:
-        terminalreporter.write_sep("-", "conformance: cases held / run, by release")
-        terminalreporter.write_line(table())
-
-
-def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    if not RUN or os.environ.get("HICACHE_WRITE_CONFORMANCE") != "1":
-        return
+def write_doc() -> None:
+    """Put the table between the markers in docs/fidelity.md."""
     text = DOC.read_text()
     before, _, rest = text.partition(START)
     _, _, after = rest.partition(END)
