@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -185,37 +183,3 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if tally.RUN:
         terminalreporter.write_sep("-", "conformance: cases held / run, by release")
         terminalreporter.write_line(report.table())
-
-
-# --- whole modules on one worker ---------------------------------------------------------------
-
-MODULE_GROUP = re.compile(r'^pytestmark = pytest\.mark\.xdist_group\("([\w-]+)"\)', re.M)
-
-
-@functools.cache
-def module_group(path: str) -> str | None:
-    """The group a test module declares with a module-level `xdist_group` mark, read from its
-    source (the controller collects nothing)."""
-    source = REPO / path
-    if not source.is_file():
-        return None
-    found = MODULE_GROUP.search(source.read_text())
-    return found[1] if found else None
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadgroup` keyed on the module-level marks as well: xdist passes a test's group
-    to the controller as a suffix of its node id, which pytest 9.2 no longer lets it change
-    (pytest-xdist issue 1386), so the groups would be dropped silently and a module's shared
-    fixture built once per worker. Groups go out first (the largest first), then single tests."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadGroupScheduling
-
-    class ModuleGroupScheduling(LoadGroupScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            group = module_group(nodeid.split("::", 1)[0])
-            return f"group:{group}" if group else str(super()._split_scope(nodeid))
-
-    return ModuleGroupScheduling(config, log)

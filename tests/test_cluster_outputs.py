@@ -24,9 +24,6 @@ from sim.outputs.report import build_report
 from tests.conftest import PNG_MAGIC, invoke, make_doc, ok, read_summary
 from tests.test_report import Page, assert_self_contained, chromium, dump_dom
 
-pytestmark = pytest.mark.xdist_group("cluster_outputs")
-"""Under `--dist loadgroup` the cluster and single-server runs are made once, on one worker."""
-
 SMALL: dict[str, Any] = {
     "duration_s": 40,
     "workload.requests": 120,

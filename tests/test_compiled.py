@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("compiled")
-"""Under `--dist loadgroup` the compiled copy (about a minute) is built once, on one worker."""
-
 REPO = Path(__file__).resolve().parents[1]
 
 SCENARIOS = [

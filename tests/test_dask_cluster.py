@@ -17,9 +17,6 @@ import yaml
 
 from tests.conftest import invoke, make_doc
 
-pytestmark = pytest.mark.xdist_group("dask_cluster")
-"""Under `--dist loadgroup` the scheduler and its worker start once, on one xdist worker."""
-
 
 def _free_port() -> int:
     with socket.socket() as sock:

@@ -25,9 +25,6 @@ from sim.outputs.report import build_report
 from sim.outputs.report_parts import header_comment
 from tests.conftest import CONVERSATION_TRACE, PNG_MAGIC, invoke, make_doc, ok
 
-pytestmark = pytest.mark.xdist_group("report")
-"""Under `--dist loadgroup` the result directories of each kind are made once, on one worker."""
-
 CAP = "storage.pools.swa.capacity_gb"
 TINY: dict[str, Any] = {
     "workload.requests": 80,

@@ -28,9 +28,6 @@ from sim.studies.capacity import CapacitySearch
 from sim.studies.sweep import Task, plan, run_sweep, sweep_seeds
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, ok
 
-pytestmark = pytest.mark.xdist_group("sweep")
-"""Under `--dist loadgroup` the module's finished sweeps are run once, on one xdist worker."""
-
 CAP = "storage.pools.swa.capacity_gb"
 # Small device and host, 60 prefixes of 32 pages: the SWA storage pool's capacity decides how
 # many prefetches find their SWA tail evicted (discard_rate falls from 1 to 0 over 0.02..0.2 GB).

@@ -17,9 +17,6 @@ import yaml
 
 from tests.conftest import make_doc
 
-pytestmark = pytest.mark.xdist_group("libcachesim")
-"""Under `--dist loadgroup` the traced run is made once, on one xdist worker."""
-
 POOLS = ("kv", "swa")
 
 
