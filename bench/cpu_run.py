@@ -28,7 +28,7 @@ def main() -> None:
     sys.path.insert(0, root)
     import sim.engine.simulation as simulation
     from sim.engine.runner import run
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.loading import load_scenario
 
     if not simulation.__file__ or not simulation.__file__.startswith(root):
         sys.exit(f"imported the simulator from {simulation.__file__}, not from {repo}")

@@ -65,7 +65,7 @@ def table_hash(frame: pd.DataFrame) -> str:
 def fingerprint(spec: str) -> dict[str, Any]:
     from sim.engine.metrics import WALL_CLOCK_KEYS
     from sim.engine.runner import run
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.loading import load_scenario
 
     path, _, sets = spec.partition(":")
     overrides = [s for s in sets.split(",") if s]

@@ -23,7 +23,7 @@ import simpy
 
 from sim.engine import simulation
 from sim.engine.runner import run
-from sim.scenario.schema import load_scenario
+from sim.scenario.loading import load_scenario
 
 
 def event_kind(event: simpy.Event) -> str:

@@ -61,7 +61,7 @@ if case.get("compiled"):
 if case["kind"] == "sweep":
     import tempfile
     from pathlib import Path
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.loading import load_scenario
     from sim.studies.sweep import plan, run_sweep
     sc = load_scenario(case["scenario"])
     tasks = plan(sc, case["scenario"], case["seeds"])

@@ -8,13 +8,8 @@ they are), and the contract heal function `sim.heal.keep_pages`.
 from sim import heal
 from sim.engine.runner import RunResult, run
 from sim.results.compare import Comparison, compare
-from sim.scenario.schema import (
-    Scenario,
-    ScenarioError,
-    build_scenario,
-    load_scenario,
-    scenario_model,
-)
+from sim.scenario.loading import build_scenario, load_scenario
+from sim.scenario.schema import Scenario, ScenarioError, scenario_model
 
 __all__ = [
     "Comparison",

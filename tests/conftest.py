@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sim.cli import cli
-from sim.scenario.schema import Scenario, apply_override, build_scenario
+from sim.scenario.loading import apply_override, build_scenario
+from sim.scenario.schema import Scenario
 from tests.conformance import report, tally
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from typing import Any
 
 from sim.engine.metrics import WALL_CLOCK_KEYS
 from sim.engine.runner import run
-from sim.scenario.schema import load_scenario
+from sim.scenario.loading import load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN_DIR = REPO / "tests" / "golden"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sim.deployment.hardware import H200_LINK, link_rates, read_calibration
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from sim.studies import calibrate as cal_mod
 from sim.studies.calibrate import (
     KERNEL_TO_BULK,

@@ -18,7 +18,7 @@ import sim.studies.capacity
 from sim.core.units import param_text, param_unit, parse_quantity
 from sim.engine.metrics import summary_keys
 from sim.engine.runner import run
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from sim.studies.capacity import CapacitySearch
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, make_scenario, ok
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from sim.engine.runner import run
-from sim.scenario.schema import ScenarioError, build_scenario, load_scenario
+from sim.scenario.loading import ScenarioError, build_scenario, load_scenario
 from tests.conftest import REPO, make_doc
 from tests.model_helpers import pool
 

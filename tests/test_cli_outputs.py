@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from sim.engine.metrics import SUMMARY_KEYS
-from sim.scenario.schema import Scenario, build_scenario, load_scenario
+from sim.scenario.loading import build_scenario, load_scenario
+from sim.scenario.schema import Scenario
 from tests.conftest import REPO, RUN_FILES, invoke, is_png, make_doc, ok, read_summary
 
 DESIGN = REPO.parent / "shared" / "DESIGN.md"

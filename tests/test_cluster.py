@@ -20,7 +20,7 @@ from sim.engine.links import SharedBandwidth
 from sim.engine.runner import RunResult, run
 from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from tests.conftest import make_scenario
 from tests.fidelity.test_l3_ceiling import small_device_doc
 from tests.fidelity.test_trace_ceiling import PAGE, ceiling_pages, synthetic_trace

@@ -17,7 +17,7 @@ from sim.deployment.compute import (
 from sim.deployment.hardware import GPUS
 from sim.deployment.table import write_into
 from sim.model.presets import GIB, MODEL_PRESETS
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from tests.conftest import REPO, invoke, make_doc, ok
 
 

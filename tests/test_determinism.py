@@ -23,7 +23,7 @@ import yaml
 
 from sim.engine.metrics import WALL_CLOCK_KEYS
 from sim.engine.runner import run
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from tests.conftest import invoke, make_doc, ok
 
 SMALL: dict[str, Any] = {

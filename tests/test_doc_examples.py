@@ -13,7 +13,7 @@ import yaml
 
 from sim.core.documents import apply_override
 from sim.outputs.results import resolved_yaml
-from sim.scenario.schema import build_scenario, load_scenario
+from sim.scenario.loading import build_scenario, load_scenario
 from tests.conftest import REPO, make_doc
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -9,7 +9,7 @@ from sim.engine.metrics import WALL_CLOCK_KEYS, is_summary_key
 from sim.engine.runner import run
 from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
-from sim.scenario.schema import load_scenario
+from sim.scenario.loading import load_scenario
 from tests.conftest import REPO, make_scenario
 
 

@@ -24,7 +24,8 @@ from sim.model.prefetch import (
     plan_aux_transfers,
 )
 from sim.model.storage import HIT_QUERIES, Storage
-from sim.scenario.schema import Scenario, ScenarioError, build_scenario, scenario_model
+from sim.scenario.loading import build_scenario
+from sim.scenario.schema import Scenario, ScenarioError, scenario_model
 from sim.workload.kinds import WORKLOAD_KINDS
 from tests.conftest import make_doc, make_scenario
 from tests.model_helpers import make_storage

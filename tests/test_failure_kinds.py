@@ -13,7 +13,7 @@ import pytest
 from sim.engine.runner import run
 from sim.model.faults import FaultStreams
 from sim.model.object_store import StoragePool
-from sim.scenario.schema import load_scenario
+from sim.scenario.loading import load_scenario
 
 FAILURES = Path(__file__).resolve().parents[1] / "scenarios" / "failures"
 

@@ -49,17 +49,19 @@ from click.testing import Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.scenario.loading import (
+    apply_override,
+    check_references,
+    load_scenario,
+    parse_override,
+    read_document,
+)
 from sim.scenario.schema import (
     MooncakeWorkload,
     MultiturnWorkload,
     Scenario,
     ScenarioError,
     SharedPrefixWorkload,
-    apply_override,
-    check_references,
-    load_scenario,
-    parse_override,
-    read_document,
 )
 from sim.workload.kinds import iter_trace
 from tests.conftest import invoke, make_doc

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.scenario.schema import Scenario, ScenarioError, build_scenario, load_scenario
+from sim.scenario.loading import build_scenario, load_scenario
+from sim.scenario.schema import Scenario, ScenarioError
 from tests.conftest import invoke, make_doc
 
 LAUGHS = "".join(

@@ -345,7 +345,7 @@ def test_validate_plans_the_sweep(tmp_path: Path) -> None:
 def test_the_hash_id_bound_is_the_one_the_message_states(tmp_path: Path) -> None:
     import json
 
-    from sim.scenario.schema import ScenarioError, build_scenario
+    from sim.scenario.loading import ScenarioError, build_scenario
 
     limit = 2**62 // 512 - 1
 

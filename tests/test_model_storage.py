@@ -17,7 +17,7 @@ from sim.model.faults import FaultStreams
 from sim.model.object_store import StoragePool
 from sim.model.prefetch import AuxTransfer, PrefetchOp, hybrid_check, plan_aux_transfers
 from sim.model.storage import STORAGE_BATCH_PAGES, Storage
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from tests.conftest import make_doc
 from tests.model_helpers import layout, pool
 

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 import sim.studies.plan
-from sim.scenario.schema import build_scenario, load_scenario, scenario_document
+from sim.scenario.loading import build_scenario, load_scenario
+from sim.scenario.schema import scenario_document
 from sim.studies.capacity import CapacitySearch
 from sim.studies.plan import HOURS_PER_MONTH, PlanSearch, pareto
 from sim.studies.sweep import plan as sweep_plan

@@ -14,13 +14,8 @@ import pytest
 from sim.core.documents import layered
 from sim.engine.runner import run
 from sim.model.presets import MODEL_PRESETS, SlidingWindowHybrid, interleaved
-from sim.scenario.schema import (
-    ScenarioError,
-    build_scenario,
-    load_scenario,
-    scenario_document,
-    scenario_model,
-)
+from sim.scenario.loading import build_scenario, load_scenario
+from sim.scenario.schema import ScenarioError, scenario_document, scenario_model
 from sim.studies.sweep import plan
 from tests.conftest import REPO, invoke, make_doc
 

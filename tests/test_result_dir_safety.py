@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from tests.conftest import TINY_SWEEP, invoke, make_doc, tiny_capacity
 
 SMALL = {**TINY_SWEEP, "workload.requests": 40, "duration_s": 30}

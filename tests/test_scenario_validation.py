@@ -21,7 +21,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from sim.cli import cli
-from sim.scenario.schema import ScenarioError, check_references, load_scenario, parse_override
+from sim.scenario.loading import ScenarioError, check_references, load_scenario, parse_override
 from tests.conftest import REPO, make_doc
 
 SCENARIO_FILE = "scenario.yaml"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from sim.engine.runner import run
-from sim.scenario.schema import Scenario, load_scenario
+from sim.scenario.loading import load_scenario
+from sim.scenario.schema import Scenario
 from tests.conftest import REPO
 
 SCENARIOS = sorted((REPO / "scenarios").rglob("*.yaml"))

@@ -96,7 +96,7 @@ def test_a_variant_key_inside_a_grid_key_is_refused(tmp_path: Path) -> None:
 def test_a_mapping_value_is_never_changed_by_a_later_key() -> None:
     """A point's recorded values are what the user wrote, even were a later key to write
     inside a mapping value (each point gets its own copy)."""
-    from sim.scenario.schema import point_document
+    from sim.scenario.loading import point_document
     from tests.conftest import make_scenario
 
     written = {"capacity_gb": 5}
@@ -111,7 +111,7 @@ def test_plan_truncates_intervals_to_the_metrics_range_as_capacity_does(
 ) -> None:
     """A TTFT is never negative: plan's interval stops at 0 as capacity's does, so a target
     `ttft_p99_s>=0` holds for the first deployment of both."""
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.loading import load_scenario
     from sim.studies.capacity import CapacitySearch
     from sim.studies.plan import PlanSearch
 
@@ -149,7 +149,7 @@ PRESET = "scenarios/presets/gpt_oss_120b.yaml"
 
 @pytest.mark.parametrize("value", [-1, 0, "abc", True, 1.5])
 def test_a_bad_mem_fraction_static_is_refused_not_replaced_by_sglangs_rule(value: Any) -> None:
-    from sim.scenario.schema import ScenarioError, load_scenario
+    from sim.scenario.loading import ScenarioError, load_scenario
     from tests.conftest import REPO
 
     overrides = {"device": {}, "hardware.gpu": "h200", "server.mem_fraction_static": value}
@@ -159,7 +159,7 @@ def test_a_bad_mem_fraction_static_is_refused_not_replaced_by_sglangs_rule(value
 
 
 def test_mem_fraction_static_null_still_takes_sglangs_rule() -> None:
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.loading import load_scenario
     from tests.conftest import REPO
 
     overrides = {"device": {}, "hardware.gpu": "h200", "server.mem_fraction_static": None}
@@ -213,7 +213,7 @@ def test_a_finite_value_whose_products_overflow_is_refused(
 
 def test_a_price_that_overflows_the_sum_is_refused(work: Path) -> None:
     """Each price within its bound, the deployment's price must still be finite."""
-    from sim.scenario.schema import ScenarioError, build_scenario
+    from sim.scenario.loading import ScenarioError, build_scenario
     from sim.studies.plan import price
     from sim.studies.sweep import Task
 
@@ -237,7 +237,7 @@ def test_a_large_plan_grid_is_indexed_in_one_pass(
     before the first run, quadratic in the points)."""
     import time
 
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.loading import load_scenario
     from sim.studies.plan import PlanSearch
     from sim.studies.sweep import Task
 

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from sim.outputs.results import resolved_yaml
-from sim.scenario.schema import Scenario, ScenarioError, build_scenario, load_scenario
+from sim.scenario.loading import build_scenario, load_scenario
+from sim.scenario.schema import Scenario, ScenarioError
 from tests.conftest import invoke, make_doc
 
 KV_PAGE = 64 * 24576

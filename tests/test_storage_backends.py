@@ -11,7 +11,7 @@ from sim.model.build import Timing
 from sim.model.faults import FaultStreams
 from sim.model.object_store import StoragePool
 from sim.model.storage import Storage
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from tests.conftest import TINY_SWEEP, make_doc
 from tests.model_helpers import layout
 
@@ -149,7 +149,7 @@ def test_a_caught_failed_read_counts_the_whole_call_as_missed_and_keeps_the_obje
 def test_a_caught_failed_read_never_halts_the_servers_storage_reads() -> None:
     """The torn-file scenario under `miss_batch`: no halt, later prefetches still load, and the
     torn object keeps being reported and read (it is never removed)."""
-    from sim.scenario.schema import load_scenario
+    from sim.scenario.loading import load_scenario
     from tests.test_failure_kinds import FAILURES
 
     changes = {"duration_s": 300.0, "warmup_s": 30.0, "storage.failed_read": "miss_batch"}

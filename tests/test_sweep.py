@@ -23,7 +23,7 @@ from scipy import stats
 
 from sim.engine.runner import run
 from sim.outputs.plot_sweep import plot_sweep
-from sim.scenario.schema import ScenarioError, build_scenario, load_scenario
+from sim.scenario.loading import ScenarioError, build_scenario, load_scenario
 from sim.studies.capacity import CapacitySearch
 from sim.studies.sweep import Task, plan, run_sweep, sweep_seeds
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, ok

@@ -12,7 +12,7 @@ from scipy.stats import ttest_ind
 from sim.engine.runner import run
 from sim.model.faults import FaultStreams
 from sim.model.object_store import StoragePool
-from sim.scenario.schema import load_scenario
+from sim.scenario.loading import load_scenario
 from tests.conftest import REPO, make_scenario
 
 

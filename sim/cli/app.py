@@ -24,12 +24,8 @@ import yaml
 
 from sim.outputs.files import UnreadableTable
 from sim.results.directories import check_path
-from sim.scenario.schema import (
-    Scenario,
-    ScenarioError,
-    check_references,
-    load_scenario,
-)
+from sim.scenario.loading import check_references, load_scenario
+from sim.scenario.schema import Scenario, ScenarioError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

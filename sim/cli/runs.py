@@ -30,13 +30,11 @@ from sim.engine.runner import run
 from sim.outputs.console import format_table, print_summary, progress
 from sim.results.directories import check_path, refuse_existing
 from sim.results.layout import SUMMARY
+from sim.scenario.loading import apply_override, parse_override, read_document
 from sim.scenario.schema import (
     Scenario,
     ScenarioError,
-    apply_override,
     defaulted_storage_pools,
-    parse_override,
-    read_document,
     scenario_document,
     scenario_model,
 )

@@ -3,7 +3,7 @@
 A preset records the fields of a model's `config.json` that size SGLang's pools and derives the
 scenario's `model.kv`, `model.swa` and `model.mamba` from them as SGLang sizes its device pools,
 for one rank holding the whole model (the simulator does not model tensor parallelism). A
-scenario selects one with `model: {preset: <name>}` and `sim.scenario.schema` layers what the file
+scenario selects one with `model: {preset: <name>}` and `sim.scenario.loading` layers what the file
 writes over the derived specs, so a preset is a set of defaults, never a constraint. Each
 architecture family is a frozen dataclass with one method per derived size; adding a model is
 one instance and one `MODEL_PRESETS.register` line, and the schema accepts exactly the

@@ -36,14 +36,8 @@ from sim.outputs.overload import value_overload
 from sim.outputs.progress import Progress
 from sim.results.directories import MARKER, MARKER_TEXT
 from sim.results.layout import CAPACITY, CONFIG, EVALUATIONS, TASKS
-from sim.scenario.schema import (
-    Scenario,
-    ScenarioError,
-    SweepSpec,
-    build_scenario,
-    point_document,
-    scenario_document,
-)
+from sim.scenario.loading import build_scenario, point_document
+from sim.scenario.schema import Scenario, ScenarioError, SweepSpec, scenario_document
 from sim.studies.sweep import compute, plan
 
 

@@ -39,7 +39,8 @@ from sim.results.directories import (
     check_study_out,
 )
 from sim.results.layout import PLAN, TASKS
-from sim.scenario.schema import Scenario, ScenarioError, SweepSpec, build_scenario, point_document
+from sim.scenario.loading import build_scenario, point_document
+from sim.scenario.schema import Scenario, ScenarioError, SweepSpec
 from sim.studies.capacity import check_target, interval_meets
 from sim.studies.sweep import Task, compute, plan
 

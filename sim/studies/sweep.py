@@ -35,13 +35,8 @@ from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
 from sim.outputs.progress import Progress
 from sim.results.layout import POINTS, RUNS, SWEEP_META, TASKS
-from sim.scenario.schema import (
-    Scenario,
-    ScenarioError,
-    build_scenario,
-    point_document,
-    scenario_document,
-)
+from sim.scenario.loading import build_scenario, point_document
+from sim.scenario.schema import Scenario, ScenarioError, scenario_document
 from sim.studies.pool import run_all
 
 EXECUTORS = ("serial", "process", "dask")

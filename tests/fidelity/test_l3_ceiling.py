@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from sim.engine.runner import run
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from tests.fidelity.test_trace_ceiling import BLOCK, PAGE, ceiling_pages, synthetic_trace
 
 

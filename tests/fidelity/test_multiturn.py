@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from sim.engine.runner import run
-from sim.scenario.schema import load_scenario
+from sim.scenario.loading import load_scenario
 from tests.conftest import REPO
 
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from sim.engine.runner import run
-from sim.scenario.schema import load_scenario
+from sim.scenario.loading import load_scenario
 from tests.conftest import CONVERSATION_TRACE
 
 PAGE = 64

@@ -22,7 +22,7 @@ from sim.engine.simulation import Simulation
 from sim.model.build import build_cluster
 from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.object_store import StoragePool
-from sim.scenario.schema import build_scenario
+from sim.scenario.loading import build_scenario
 from sim.workload.kinds import Request
 
 GAP_S = 10.0
