@@ -62,7 +62,8 @@ if case["kind"] == "sweep":
     import tempfile
     from pathlib import Path
     from sim.scenario.loading import load_scenario
-    from sim.studies.sweep import plan, run_sweep
+    from sim.studies.grid import plan
+    from sim.studies.sweep import run_sweep
     sc = load_scenario(case["scenario"])
     tasks = plan(sc, case["scenario"], case["seeds"])
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,7 +18,7 @@ from sim.deployment.table import write_into
 from sim.model.build import build_model
 from sim.model.operation import PrefetchOp, plan_aux_transfers
 from sim.scenario.loading import ScenarioError, build_scenario, load_scenario
-from sim.studies.sweep import plan
+from sim.studies.grid import plan
 from tests.conftest import REPO, invoke, make_doc, ok
 
 _SHARED: dict[str, Any] = {

@@ -209,11 +209,11 @@ def test_fuzz_vary_and_variant(kind: str, key: str, values: list[str], label: st
     executor=st.sampled_from(["dask", "serial"]),
 )
 def test_fuzz_scheduler_addresses(scheme: str, host: str, port: str, executor: str) -> None:
-    import sim.studies.sweep
+    import sim.studies.executors
 
     address = f"{scheme}{host}{port}"
-    previous = sim.studies.sweep.SCHEDULER_TIMEOUT_S
-    sim.studies.sweep.SCHEDULER_TIMEOUT_S = 1.0
+    previous = sim.studies.executors.SCHEDULER_TIMEOUT_S
+    sim.studies.executors.SCHEDULER_TIMEOUT_S = 1.0
     try:
         with _workdir() as tmp:
             scenario = _scenario(tmp, sweep=True)
@@ -233,7 +233,7 @@ def test_fuzz_scheduler_addresses(scheme: str, host: str, port: str, executor: s
             assert result.exit_code == 2, "no Dask scheduler runs here"
             assert _listing(tmp) == before
     finally:
-        sim.studies.sweep.SCHEDULER_TIMEOUT_S = previous
+        sim.studies.executors.SCHEDULER_TIMEOUT_S = previous
 
 
 # --- damaged resume directories -------------------------------------------------------------

@@ -203,9 +203,9 @@ def test_a_scheduler_address_that_is_no_dask_scheduler_exits_2_in_seconds(
 ) -> None:
     import socket
 
-    import sim.studies.sweep
+    import sim.studies.executors
 
-    monkeypatch.setattr(sim.studies.sweep, "SCHEDULER_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(sim.studies.executors, "SCHEDULER_TIMEOUT_S", 2.0)
     server = None
     if address in ("silent", "junk"):
         port, server = _serve(None if address == "silent" else b"\xff" * 64)

@@ -17,9 +17,9 @@ import sim.studies.plan
 from sim.scenario.loading import build_scenario, load_scenario
 from sim.scenario.schema import scenario_document
 from sim.studies.capacity import CapacitySearch
+from sim.studies.grid import plan as sweep_plan
+from sim.studies.grid import sweep_seeds
 from sim.studies.plan import HOURS_PER_MONTH, PlanSearch, pareto
-from sim.studies.sweep import plan as sweep_plan
-from sim.studies.sweep import sweep_seeds
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, ok
 
 SWA = "storage.pools.swa.capacity_gb"

@@ -16,7 +16,7 @@ from sim.engine.runner import run
 from sim.model.presets import MODEL_PRESETS, SlidingWindowHybrid, interleaved
 from sim.scenario.loading import build_scenario, load_scenario
 from sim.scenario.schema import ScenarioError, scenario_document, scenario_model
-from sim.studies.sweep import plan
+from sim.studies.grid import plan
 from tests.conftest import REPO, invoke, make_doc
 
 SHIPPED = REPO / "scenarios" / "presets" / "gpt_oss_120b.yaml"

@@ -214,8 +214,8 @@ def test_a_finite_value_whose_products_overflow_is_refused(
 def test_a_price_that_overflows_the_sum_is_refused(work: Path) -> None:
     """Each price within its bound, the deployment's price must still be finite."""
     from sim.scenario.loading import ScenarioError, build_scenario
+    from sim.studies.grid import Task
     from sim.studies.plan import price
-    from sim.studies.sweep import Task
 
     priced = priced_doc()
     priced["costs"]["storage_gb_month_usd"]["kv"] = 1e9
@@ -238,8 +238,8 @@ def test_a_large_plan_grid_is_indexed_in_one_pass(
     import time
 
     from sim.scenario.loading import load_scenario
+    from sim.studies.grid import Task
     from sim.studies.plan import PlanSearch
-    from sim.studies.sweep import Task
 
     points = 40_000
     tasks = [Task(p, (("cluster.instances", 1),), s, s, {}, f"{p}-{s}") for p in range(points)

@@ -25,7 +25,8 @@ from sim.engine.runner import run
 from sim.outputs.plot_sweep import plot_sweep
 from sim.scenario.loading import ScenarioError, build_scenario, load_scenario
 from sim.studies.capacity import CapacitySearch
-from sim.studies.sweep import Task, plan, run_sweep, sweep_seeds
+from sim.studies.grid import Task, plan, sweep_seeds
+from sim.studies.sweep import run_sweep
 from tests.conftest import TINY_SWEEP, invoke, is_png, make_doc, ok
 
 CAP = "storage.pools.swa.capacity_gb"

@@ -219,7 +219,7 @@ def interrupted(target: Path, work: Path) -> str:
     """What an interrupted search says: where its finished runs are kept for a rerun to reuse,
     or, when it was to replace another result (`--force`), that the old result is untouched."""
     from sim.results.layout import TASKS
-    from sim.studies.sweep import finished_runs
+    from sim.studies.tasks import finished_runs
 
     if work != target:
         return f"interrupted; nothing was replaced: {target} is as it was before"

@@ -195,7 +195,7 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     requests = trace_requests(sc)
     extra = f", trace {path} ({requests} requests)" if path is not None else ""
     if sc.sweep is not None:
-        from sim.studies.sweep import plan
+        from sim.studies.grid import plan
 
         extra += f", sweep of {len(plan(sc, scenario)):,} runs"
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")

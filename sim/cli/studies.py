@@ -64,14 +64,10 @@ def sweep_cmd(
     from sim.outputs.plot_sweep import plot_sweep
     from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
-    from sim.studies.sweep import (
-        check_scheduler_address,
-        connect_scheduler,
-        finished_runs,
-        plan,
-        run_sweep,
-        staging_dir,
-    )
+    from sim.studies.executors import check_scheduler_address, connect_scheduler
+    from sim.studies.grid import plan
+    from sim.studies.sweep import run_sweep, staging_dir
+    from sim.studies.tasks import finished_runs
 
     if scheduler is not None and executor != "dask":
         raise ScenarioError(
@@ -319,7 +315,7 @@ class Question:
         tolerance: float | None,
         stray: tuple[str, ...],
     ) -> None:
-        from sim.studies.capacity import (
+        from sim.studies.capacity_checks import (
             check_param,
             check_range,
             check_relative,

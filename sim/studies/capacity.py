@@ -4,86 +4,42 @@
 `METRIC>=V` needs the interval's low end >= V, `METRIC<=V` its high end <= V. The search assumes
 the metric improves as the parameter grows (more capacity, more entries, more bandwidth): it
 bisects a range, or scans an explicit list of values. Every evaluation is a set of seeded runs
-kept in `tasks/`, so the evidence can be inspected and a rerun reuses it.
-
-A question is checked whole before anything runs (the key is a number in the schema, the metric
-is one this model reports, the bound is finite, every value the scenario accepts, a range
-that is a range): a search can take hours, and a mistake found at its end costs all of them.
+kept in `tasks/`, so the evidence can be inspected and a rerun reuses it. The question is
+checked whole before anything runs (`sim.studies.capacity_checks`); what each evaluation found
+and the answer are `sim.studies.capacity_answer`.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
-import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel
 
-from sim.core.stats import confidence, parse_target
+from sim.core.stats import confidence
 from sim.core.units import param_text, param_unit
-from sim.deployment.resolve import get
-from sim.engine.metrics import is_summary_key, summary_keys
-from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
 from sim.outputs.overload import value_overload
 from sim.outputs.progress import Progress
 from sim.results.directories import MARKER, MARKER_TEXT
 from sim.results.layout import CAPACITY, CONFIG, EVALUATIONS, TASKS
-from sim.scenario.loading import build_scenario, point_document
-from sim.scenario.schema import Scenario, ScenarioError, SweepSpec, scenario_document
-from sim.studies.sweep import compute, plan
-
-
-@dataclass
-class Evaluation:
-    value: float
-    n: int
-    mean: float
-    ci_low: float
-    ci_high: float
-    meets: bool
-    errors: int
-
-
-@dataclass
-class CapacityAnswer:
-    param: str
-    target: str
-    answer: float | None
-    largest_failing: float | None
-    evaluations: list[Evaluation]
-
-    def describe(self, given: dict[float, str] | None = None) -> str:
-        """The answer as a sentence; `given` maps values to how the user wrote them ('8GiB'),
-        which is said first, the key's unit beside it."""
-        if self.answer is None:
-            return f"no value in range meets {self.target} with 95 % confidence"
-        from sim.outputs.answers import interval_text, quantity_text
-
-        best = next(e for e in self.evaluations if e.value == self.answer)
-        gap = None if self.largest_failing is None else self.answer - self.largest_failing
-        shown = quantity_text(self.param, self.answer, gap)
-        written = (given or {}).get(float(self.answer))
-        if written:
-            shown = f"{written} ({shown})"
-        line = (
-            f"{self.param} = {shown}: "
-            f"{interval_text(self.target.split('>')[0].split('<')[0], asdict(best))} "
-            f"over {best.n} seeds"
-        )
-        if self.largest_failing is not None:
-            line += (
-                f"; {quantity_text(self.param, self.largest_failing, gap)} does not meet it "
-                f"(resolved to within {quantity_text(self.param, gap, gap)})"
-            )
-        return line
+from sim.scenario.schema import Scenario, ScenarioError, SweepSpec
+from sim.studies.capacity_answer import CapacityAnswer, Evaluation, interval_meets
+from sim.studies.capacity_checks import (
+    _reference_text,
+    check_param,
+    check_range,
+    check_relative,
+    check_target,
+    check_value,
+)
+from sim.studies.grid import plan
+from sim.studies.tasks import compute
 
 
 class CapacitySearch:
@@ -319,213 +275,3 @@ class Reference:
             f"{search.metric} mean {self.mean:.4g} over {self.n} seeds, so "
             f"{search.requested_target} is {search.target}"
         )
-
-
-def _reference_text(param: str, value: float | None) -> str:
-    return "unbounded (null)" if value is None else param_text(param, value)
-
-
-def interval_meets(stats: dict[str, float], op: str, bound: float) -> bool:
-    """A target is met with 95 % confidence when the seeds' interval lies on its side of the
-    bound (`ci_low >= bound` for `>=`, `ci_high <= bound` for `<=`); capacity and plan share it
-    so that they agree."""
-    if op == ">=":
-        return bool(stats["ci_low"] >= bound)
-    return bool(stats["ci_high"] <= bound)
-
-
-def check_relative(
-    scenario: Scenario, param: str, target: str
-) -> tuple[str, str, float, float | None] | None:
-    """A relative target (`METRIC>=95%@REFERENCE`) checked whole: its metric, its share and
-    the reference value of `param` (`unbounded`, `null` or `none` for null, or a value such as
-    100GB); None for an absolute target."""
-    from sim.core.stats import parse_relative
-    from sim.core.units import parse_quantity
-
-    try:
-        relative = parse_relative(target)
-    except ValueError as exc:
-        raise ScenarioError("--target", None, str(exc)) from None
-    if relative is None:
-        return None
-    metric, op, share, reference = relative
-    check_target(scenario, f"{metric}{op}0")
-    value: float | None
-    if reference.lower() in ("unbounded", "null", "none"):
-        value = None
-    else:
-        try:
-            value = parse_quantity(reference, param)
-        except ValueError as exc:
-            raise ScenarioError("--target", None, f"reference point {exc}") from None
-    return metric, op, share, value
-
-
-def check_value(scenario: Scenario, param: str, value: float | None, option: str) -> None:
-    """Refuse, naming `option`, a value the scenario does not accept for the parameter."""
-    doc = point_document(scenario, [(param, value)], option)
-    try:
-        build_scenario(doc, option)
-    except ScenarioError as exc:
-        where = "" if exc.key == param else f" ({exc.key})"
-        raise ScenarioError(
-            option,
-            None,
-            f"{param}={_reference_text(param, value)} is refused by the scenario"
-            f"{where}: {exc.message}",
-        ) from None
-
-
-def check_param(scenario: Scenario, param: str) -> None:
-    """Refuse a parameter that cannot be sized: the seed, the sweep section, a key the schema
-    does not have, or one whose values are not numbers."""
-    root = param.split(".")[0]
-    if param == "seed":
-        raise ScenarioError(
-            "--param",
-            None,
-            "seed cannot be sized: it picks the random streams, and the replications are the "
-            "--seeds seeds derived from it (size a numeric key such as device.swa_pages; set "
-            "the replications with --seeds)",
-        )
-    if root == "sweep":
-        raise ScenarioError(
-            "--param",
-            None,
-            f"{param} is part of the sweep section, not of the simulated server (the "
-            "replications are --seeds; size a key such as storage.pools.swa.capacity_gb)",
-        )
-    allowed = _leaf_types(scenario, param)
-    pools = scenario.model.pools
-    for kind in POOL_KINDS.values():
-        sized = (f"storage.pools.{kind.name}.", f"model.{kind.name}.", f"device.{kind.device_key}.")
-        if kind.name not in pools and f"{param}.".startswith(sized):
-            raise ScenarioError(
-                "--param",
-                None,
-                f"{param} belongs to the {kind.name} pool, and the model has no {kind.name} pool "
-                f"(its pools: {', '.join(pools)})",
-            )
-    if not any(t in (int, float) for t in allowed):
-        current = get(scenario_document(scenario), param)
-        shown = "" if current is None else f" (its value is {current!r})"
-        raise ScenarioError(
-            "--param",
-            None,
-            f"{param} is not numeric{shown}: capacity sizes a number, such as "
-            "storage.pools.swa.capacity_gb or device.swa_pages; to compare values that are not "
-            f"numbers use: hicache-sim compare SCENARIO --vary {param}=A,B",
-        )
-
-
-def check_target(scenario: Scenario, target: str) -> tuple[str, str, float]:
-    """Parse the target and refuse a metric this scenario's summary never has."""
-    try:
-        metric, op, bound = parse_target(target)
-    except ValueError as exc:
-        raise ScenarioError("--target", None, str(exc)) from None
-    reported = summary_keys(scenario.model.pools)
-    if metric in reported:
-        return metric, op, bound
-    if is_summary_key(metric):
-        pools = ", ".join(scenario.model.pools)
-        missing = [p for p in _pool_names(metric) if p not in scenario.model.pools]
-        why = f"the model has no {missing[0]} pool" if missing else "this pool does not report it"
-        raise ScenarioError(
-            "--target",
-            None,
-            f"{metric} is never reported for this scenario: {why} (its pools: {pools}); "
-            "give a metric of docs/metrics.md that this model reports",
-        )
-    close = difflib.get_close_matches(metric, sorted(reported), n=3)
-    hint = f"did you mean {' or '.join(close)}? " if close else ""
-    raise ScenarioError(
-        "--target",
-        None,
-        f"unknown metric {metric!r} in {target!r} ({hint}docs/metrics.md lists every metric)",
-    )
-
-
-def check_range(low: float, high: float, tolerance: float | None) -> None:
-    """Refuse a range that is not one and a resolution that would never end the bisection."""
-    if low == high:
-        raise ScenarioError(
-            "--range",
-            None,
-            f"LOW and HIGH are both {low} (give a wider range, or --values {low} to evaluate "
-            "one value)",
-        )
-    if low > high:
-        raise ScenarioError(
-            "--range", None, f"LOW {low} is above HIGH {high} (give --range {high} {low})"
-        )
-    if tolerance is not None and math.isinf(tolerance) and tolerance > 0:
-        raise ScenarioError(
-            "--tolerance",
-            None,
-            f"{tolerance:g} is not a finite number: a bisection to it would stop before its "
-            f"first step (give a resolution such as --tolerance {_example_step(low, high)}, or "
-            "leave it out: 1 for integer ends, 1/64 of the range otherwise)",
-        )
-    if tolerance is not None and not (math.isfinite(tolerance) and tolerance > 0):
-        raise ScenarioError(
-            "--tolerance",
-            None,
-            f"{tolerance:g} is not a positive number, so the bisection would never end (give a "
-            f"resolution above 0 such as --tolerance {_example_step(low, high)}, or leave it out: "
-            "1 for integer ends, 1/64 of the range otherwise)",
-        )
-
-
-def _example_step(low: float, high: float) -> str:
-    return f"{(high - low) / 64:.3g}"
-
-
-def _pool_names(metric: str) -> list[str]:
-    parts = metric.split("_")
-    return [name for name in POOL_KINDS if name in parts[1:2]]
-
-
-def _leaf_types(scenario: Scenario, param: str) -> list[Any]:
-    """The value types the schema allows at a dotted key (None, Literal and str included as
-    themselves), following the scenario's own workload kind; an unknown key is refused."""
-    options: list[Any] = [type(scenario)]
-    walked: list[str] = []
-    for part in param.split("."):
-        fields: dict[str, list[Any]] = {}
-        for option in options:
-            if isinstance(option, type) and issubclass(option, BaseModel):
-                if option is type(scenario) and part == "workload":
-                    fields[part] = [type(scenario.workload)]
-                elif part in option.model_fields:
-                    fields[part] = _flatten(option.model_fields[part].annotation)
-            elif get_origin(option) is dict:
-                keys, value = get_args(option)
-                if get_origin(keys) is not Literal or part in get_args(keys):
-                    fields[part] = _flatten(value)
-        if part not in fields:
-            known = sorted(
-                name
-                for option in options
-                if isinstance(option, type) and issubclass(option, BaseModel)
-                for name in option.model_fields
-            )
-            close = difflib.get_close_matches(part, known, n=1)
-            hint = f" (did you mean {'.'.join([*walked, close[0]])}?)" if close else ""
-            under = f" under {'.'.join(walked)}" if walked else ""
-            raise ScenarioError(
-                "--param", None, f"{param} is not a scenario key: no {part!r}{under}{hint}"
-            )
-        options = fields[part]
-        walked.append(part)
-    return options
-
-
-def _flatten(annotation: Any) -> list[Any]:
-    """`Annotated[int, ...] | None` -> [int, NoneType]: the alternatives of a field's type."""
-    if get_origin(annotation) is Annotated:
-        return _flatten(get_args(annotation)[0])
-    if get_origin(annotation) in (Union, types.UnionType):
-        return [t for arg in get_args(annotation) for t in _flatten(arg)]
-    return [annotation]

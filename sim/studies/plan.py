@@ -8,9 +8,9 @@ one-sided 97.5 % bound). The answer is the cheapest deployment meeting every tar
 point evaluated, no cheaper evaluated point meets them all. Searched on one increasing axis this
 is `capacity --values` over the same values: the same runs, intervals and answer.
 
-The grid runs as a sweep does (`sim.studies.sweep.plan` and `compute`): seeded runs saved in
-`tasks/` one by one, on any executor, reused by a rerun into the same directory. Prices are not
-part of a run, so a repriced plan reuses every run.
+The grid runs as a sweep does (`sim.studies.grid.plan` and `sim.studies.tasks.compute`):
+seeded runs saved in `tasks/` one by one, on any executor, reused by a rerun into the same
+directory. Prices are not part of a run, so a repriced plan reuses every run.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ from sim.results.directories import (
 from sim.results.layout import PLAN, TASKS
 from sim.scenario.loading import build_scenario, point_document
 from sim.scenario.schema import Scenario, ScenarioError, SweepSpec
-from sim.studies.capacity import check_target, interval_meets
-from sim.studies.sweep import Task, compute, plan
+from sim.studies.capacity_answer import interval_meets
+from sim.studies.capacity_checks import check_target
+from sim.studies.grid import Task, plan
+from sim.studies.tasks import compute
 
 EVALUATIONS = "evaluations.csv"
 FRONTIER = "frontier.csv"

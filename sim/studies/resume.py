@@ -57,7 +57,7 @@ def write_origin(work: Path, record: dict[str, Any]) -> None:
     """Record what the runs about to be made in `work` are made from (replaced, never written
     through a link planted at its path, nor into a `tasks/` that is a link: exit 2, as the
     runs would be)."""
-    from sim.studies.sweep import check_task_dir
+    from sim.studies.tasks import check_task_dir
 
     check_task_dir(work / TASKS, [])
     (work / TASKS).mkdir(parents=True, exist_ok=True)
@@ -164,7 +164,7 @@ def capacity_runs(scenario: Any, source: str, param: str, seeds: int) -> Belongs
     is the run the search would make at its own value and seed (its key is the one planned for
     that value and seed index, which is below --seeds)."""
     from sim.scenario.schema import ScenarioError, SweepSpec
-    from sim.studies.sweep import plan
+    from sim.studies.grid import plan
 
     keys: dict[str, list[str] | None] = {}
 
