@@ -37,9 +37,13 @@ COMPILED_MODULES = (
     "sim/engine/channel.py",
     "sim/engine/job.py",
     "sim/engine/links.py",
+    "sim/engine/prefetch_io.py",
     "sim/engine/records.py",
+    "sim/engine/scheduler.py",
     "sim/engine/server.py",
+    "sim/engine/server_base.py",
     "sim/engine/simulation.py",
+    "sim/engine/write_back.py",
     "sim/heal.py",
     "sim/model/anchors.py",
     "sim/model/backup.py",
@@ -58,6 +62,7 @@ COMPILED_MODULES = (
     "sim/model/radix.py",
     "sim/model/retries.py",
     "sim/model/storage.py",
+    "sim/model/tree_capacity.py",
 )
 """What a run spends its time in. The scenario schema (pydantic models) stays Python: mypyc
 cannot compile a pydantic model class, and validation runs once per run."""

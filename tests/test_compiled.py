@@ -70,6 +70,7 @@ def compiled_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_compiled_copy_has_extension_modules(compiled_copy: Path) -> None:
     extensions = {p.name.split(".")[0] for p in (compiled_copy / "sim").rglob("*.so")}
     assert {"server", "radix", "storage", "existence", "backup", "prefetch"} <= extensions
+    assert {"server_base", "prefetch_io", "write_back", "scheduler", "tree_capacity"} <= extensions
 
 
 def test_compiled_build_gives_identical_tables_and_summaries(
