@@ -27,15 +27,9 @@ import pytest
 from sim.results.directories import STAGING_OWNER, STAGING_PREFIX, write_atomically
 from tests.test_sweep import GRID, sweep_doc, sweep_meta, write_yaml
 
-pytestmark = [
-    pytest.mark.skipif(
-        not Path("/proc/self/task").is_dir(), reason="finds worker processes through /proc (Linux)"
-    ),
-    pytest.mark.serial,
-]
-"""`serial`: the test command runs this module alone, after the parallel suite: its sweeps
-start process pools of their own, and a signal's timing is only meaningful on cores that
-are not also running the rest of the suite."""
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir(), reason="finds worker processes through /proc (Linux)"
+)
 
 CAP = "storage.pools.swa.capacity_gb"
 RUNS = 40
