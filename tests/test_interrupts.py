@@ -61,6 +61,14 @@ def slow_scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return interrupt_scenario(tmp_path_factory.mktemp("interrupts"), 8000)
 
 
+def as_from_a_terminal() -> None:
+    """In the child before it starts: Ctrl-C's default disposition, as a shell in a terminal
+    gives a command. A runner started in the background by a non-interactive shell (`cmd &`,
+    nohup) ignores SIGINT, every process it starts inherits that, and Python then never raises
+    KeyboardInterrupt: the sweep would run to its end however often it is interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_sweep(scenario: Path, out: Path) -> subprocess.Popen[str]:
     """A process-pool sweep in its own session, so that a signal to its group is a Ctrl-C."""
     command = [sys.executable, "-m", "sim", "sweep", str(scenario)]
@@ -70,6 +78,7 @@ def start_sweep(scenario: Path, out: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
 
 
@@ -240,6 +249,7 @@ def test_an_interrupted_capacity_search_stops_at_once(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
     cleanup(proc.pid)
     deadline = time.monotonic() + DEADLINE_S
