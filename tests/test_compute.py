@@ -19,26 +19,13 @@ from sim.deployment.table import write_into
 from sim.model.presets import GIB, MODEL_PRESETS
 from sim.scenario.loading import build_scenario
 from tests.conftest import REPO, invoke, make_doc, ok
+from tests.test_deployments import deployment_doc as named_deployment
 
 
 def deployment_doc(**keys: Any) -> dict[str, Any]:
     """The newcomer's deployment by name (a small workload instead of the trace)."""
-    doc: dict[str, Any] = {
-        "name": "compute",
-        "duration_s": 60,
-        "server": {"sglang": "0.5.20"},
-        "storage": {"backend": "mooncake"},
-        "hardware": {"gpu": "h200"},
-        "model": {"preset": "gpt-oss-120b"},
-        "workload": {"kind": "shared_prefix", "requests": 40, "prefixes": 4},
-    }
-    for key, value in keys.items():
-        node = doc
-        *path, leaf = key.split(".")
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return doc
+    newcomer = {"name": "compute", "server.sglang": "0.5.20", "storage.backend": "mooncake"}
+    return named_deployment(**{**newcomer, **keys})
 
 
 def test_h200_gpt_oss_120b_is_the_roofline_of_the_cited_figures() -> None:
