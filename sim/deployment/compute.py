@@ -29,6 +29,7 @@ from sim.model.presets import (
     Mamba2Hybrid,
     ModelPreset,
     SlidingWindowHybrid,
+    kv_heads_per_rank,
 )
 
 ATTENDED_TOKENS = 8192
@@ -235,15 +236,21 @@ def prefill_flops_per_token(model: ModelCompute, shape: AttentionShape) -> float
 
 
 def decode_step_bytes(
-    preset: ModelPreset, model: ModelCompute, shape: AttentionShape, tp: int
+    preset: ModelPreset,
+    model: ModelCompute,
+    shape: AttentionShape,
+    tp: int,
+    weights_dtype: str | None = None,
 ) -> float:
     """One rank's reads in a decode step: the weights the batch touches (every weight of a
     dense model; for a mixture of experts at most the batch's active weights, and never more
     than all of them) and each request's KV over `DECODE_CONTEXT_TOKENS` (a sliding layer only
-    its window). Weights split evenly over ranks, KV heads as SGLang splits them."""
-    bytes_per_parameter = preset.weight_bytes / model.total_parameters
+    its window). Weights, at the checkpoint's precision, split evenly over ranks; KV heads as
+    SGLang splits them (the same per-rank heads the preset's pool specs hold)."""
+    weight_bytes = preset.checkpoint(weights_dtype).weight_bytes
+    bytes_per_parameter = weight_bytes / model.total_parameters
     touched = min(model.total_parameters, DECODE_BATCH * model.active_parameters)
-    heads = max(1, preset.num_key_value_heads // tp)
+    heads = kv_heads_per_rank(preset.num_key_value_heads, tp)
     kv_per_token_layer = 2 * heads * shape.head_dim * BF16_KV_BYTES
     kv_tokens = shape.full_layers * DECODE_CONTEXT_TOKENS + shape.sliding_layers * min(
         shape.window_tokens, DECODE_CONTEXT_TOKENS
@@ -251,17 +258,21 @@ def decode_step_bytes(
     return touched * bytes_per_parameter / tp + DECODE_BATCH * kv_tokens * kv_per_token_layer
 
 
-def roofline(gpu: str, preset_name: str, tp: int) -> Roofline | None:
-    """The roofline of a GPU profile running a model preset on `tp` ranks (None when either
-    name has no figures)."""
+def roofline(
+    gpu: str, preset_name: str, tp: int, weights_dtype: str | None = None
+) -> Roofline | None:
+    """The roofline of a GPU profile running a model preset on `tp` ranks from the checkpoint
+    at `weights_dtype` (None: the default one); None when a name has no figures."""
     peaks, model = GPU_PEAKS.get(gpu), MODEL_COMPUTE.get(preset_name)
     preset = MODEL_PRESETS.get(preset_name)
     if peaks is None or model is None or preset is None:
         return None
+    if weights_dtype not in (None, *preset.checkpoints):
+        return None
     shape = attention_shape(preset)
     flops = prefill_flops_per_token(model, shape)
     prefill = tp * peaks.bf16_dense_tflops * 1e12 * peaks.prefill_mfu / flops
-    step_bytes = decode_step_bytes(preset, model, shape, tp)
+    step_bytes = decode_step_bytes(preset, model, shape, tp, weights_dtype)
     memory_s = step_bytes / (peaks.hbm_tbps * 1e12 * peaks.decode_bandwidth_efficiency)
     compute_s = DECODE_BATCH / prefill
     return Roofline(

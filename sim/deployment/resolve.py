@@ -21,16 +21,15 @@ from typing import Any
 from sim.core.documents import layered
 from sim.core.spec import KeyedError, ScenarioError
 from sim.deployment.compute import roofline
+from sim.deployment.fitting import ServerMemory, what_fits
 from sim.deployment.hardware import GPUS, read_calibration
 from sim.deployment.profiles import ChunkTier, backend_of, release_of
 from sim.deployment.releases import TIERS_SINCE_0_5_20
 from sim.deployment.sizing import (
     NoRoomForPools,
     default_chunk_tokens,
-    device_pools,
     hicache_ratio_default,
     host_pages,
-    mem_fraction_static,
     rank_model,
 )
 from sim.model.presets import MODEL_PRESETS
@@ -235,7 +234,8 @@ class Derivation:
             or self.refusal("server.tp_size", tp)
         ):
             return
-        found = roofline(gpu, name, tp) if isinstance(tp, int) else None
+        dtype = self.model.get("weights_dtype") if isinstance(self.model, dict) else None
+        found = roofline(gpu, name, tp, dtype) if isinstance(tp, int) else None
         if found is None:
             return
         for key, value, why in (
@@ -320,7 +320,8 @@ class Derivation:
             )
 
     def device(self, memory: int) -> None:
-        """Device pools from GPU memory minus weights, as SGLang sizes them on one rank."""
+        """Device pools from GPU memory minus one rank's weights, as SGLang sizes them on one
+        rank; the pools' bytes are already one rank's (the preset derived them at tp)."""
         name = self.model.get("preset") if isinstance(self.model, dict) else None
         preset = MODEL_PRESETS.get(name) if isinstance(name, str) else None
         if preset is None:
@@ -333,35 +334,44 @@ class Derivation:
         tp = self.value("server.tp_size")
         chunk = self.value("compute.chunk_tokens")
         fraction = self.value("server.mem_fraction_static")
+        server = ServerMemory(
+            memory,
+            self.tiers,
+            chunk,
+            fraction,
+            self.page_size,
+            self.value("server.swa_full_tokens_ratio"),
+            self.value("server.mamba_full_memory_ratio"),
+        )
         if fraction is None:
-            fraction = mem_fraction_static(self.tiers, memory, tp, chunk)
+            fraction = server.fraction_at(tp)
             self.fill(
                 "server.mem_fraction_static",
                 fraction,
                 f"SGLang's rule for {memory:,} MiB at tp {tp}",
             )
+        dtype = self.model.get("weights_dtype")
+        checkpoint = preset.checkpoint(dtype if dtype in preset.checkpoints else None)
         rank = rank_model(
             tp_size=tp,
-            weight_bytes=preset.weight_bytes,
-            num_key_value_heads=preset.num_key_value_heads,
+            weight_bytes=checkpoint.weight_bytes,
             kv_bytes_per_token=self.pool_value("kv", "bytes_per_token"),
             swa_bytes_per_token=self.pool_value("swa", "bytes_per_token"),
             mamba_state_bytes=self.pool_value("mamba", "state_bytes"),
         )
-        pools = device_pools(
-            rank,
-            memory_mib=memory,
-            fraction=fraction,
-            page_size=self.page_size,
-            swa_full_tokens_ratio=self.value("server.swa_full_tokens_ratio"),
-            mamba_full_memory_ratio=self.value("server.mamba_full_memory_ratio"),
-        )
+        try:
+            pools = server.pools(rank, tp)
+        except NoRoomForPools as exc:
+            kept = {p for p in ("swa", "mamba") if isinstance(self.model.get(p), dict)}
+            hint = what_fits(preset, kept, server, tp, checkpoint.weights_dtype)
+            raise NoRoomForPools(f"{exc}{hint}") from None
         weights = rank.weight_bytes / 2**30
         self.fill(
             "device.kv_pages",
             pools.kv_tokens // self.page_size,
             f"{fraction:.3f} of {memory:,} MiB less {weights:,.1f} GiB of {preset.source} "
-            f"weights a rank (tp {tp}): {pools.pool_bytes / 2**30:,.1f} GiB of pools",
+            f"{dtype + ' ' if dtype else ''}weights a rank (tp {tp}): "
+            f"{pools.pool_bytes / 2**30:,.1f} GiB of pools",
         )
         if pools.swa_tokens is not None and not has(self.doc, "device.swa_pages"):
             self.fill(

@@ -90,23 +90,19 @@ def rank_model(
     *,
     tp_size: int,
     weight_bytes: float,
-    num_key_value_heads: int,
     kv_bytes_per_token: int,
     swa_bytes_per_token: int | None,
     mamba_state_bytes: int | None,
 ) -> RankModel:
-    """One rank's share: weights split evenly, attention heads split but each rank keeping at
-    least one (`get_num_kv_heads`: max(1, heads // tp)), Mamba heads and channels split."""
-    heads = max(1, num_key_value_heads // tp_size)
-
-    def per_rank(total: int) -> int:
-        return total // num_key_value_heads * heads
-
+    """One rank's share: the weights split evenly over `tp_size` ranks. The pool bytes are
+    already one rank's (a preset derives them at the scenario's tp_size, with SGLang's split of
+    the KV and linear-attention heads; a file that writes them writes one rank's), so they are
+    kept as given."""
     return RankModel(
         weight_bytes=weight_bytes / tp_size,
-        kv_bytes_per_token=per_rank(kv_bytes_per_token),
-        swa_bytes_per_token=None if swa_bytes_per_token is None else per_rank(swa_bytes_per_token),
-        mamba_state_bytes=None if mamba_state_bytes is None else -(-mamba_state_bytes // tp_size),
+        kv_bytes_per_token=kv_bytes_per_token,
+        swa_bytes_per_token=swa_bytes_per_token,
+        mamba_state_bytes=mamba_state_bytes,
     )
 
 

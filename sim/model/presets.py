@@ -2,9 +2,10 @@
 
 A preset records the fields of a model's `config.json` that size SGLang's pools and derives the
 scenario's `model.kv`, `model.swa` and `model.mamba` from them as SGLang sizes its device pools,
-for one rank holding the whole model (the simulator does not model tensor parallelism). A
-scenario selects one with `model: {preset: <name>}` and `sim.scenario.loading` layers what the file
-writes over the derived specs, so a preset is a set of defaults, never a constraint. Each
+for one tensor-parallel rank at the scenario's `server.tp_size` (`pool_specs(tp_size)`: each
+rank holds its share of the KV heads and of the linear-attention heads). A scenario selects
+one with `model: {preset: <name>}` and `sim.scenario.loading` layers what the file writes
+over the derived specs, so a preset is a set of defaults, never a constraint. Each
 architecture family is a frozen dataclass with one method per derived size; adding a model is
 one instance and one `MODEL_PRESETS.register` line, and the schema accepts exactly the
 registered names.
@@ -43,6 +44,16 @@ def attention_bytes_per_token(
     return layers * 2 * num_key_value_heads * head_dim * dtype_bytes
 
 
+def kv_heads_per_rank(num_key_value_heads: int, tp_size: int) -> int:
+    """KV heads a tensor-parallel rank holds: its share, but at least one, replicated when
+    there are fewer heads than ranks (0.5.23: configs/model_config.py:get_num_kv_heads)."""
+    return max(1, num_key_value_heads // tp_size)
+
+
+def _per_rank(total: int, tp_size: int) -> int:
+    return -(-total // tp_size)
+
+
 def mamba2_state_bytes(
     *,
     layers: int,
@@ -54,14 +65,28 @@ def mamba2_state_bytes(
     conv_kernel: int,
     conv_dtype_bytes: int,
     ssm_dtype_bytes: int,
+    tp_size: int = 1,
 ) -> int:
-    """One request's recurrent state as SGLang's Mamba pool holds it (`Mamba2StateShape`): per
-    layer, a conv state of the last `conv_kernel - 1` inputs over `intermediate_size + 2 ·
-    n_groups · state_size` channels, and an SSM state of `num_heads × head_dim × state_size`.
-    Both are restored together, so both are one storage object."""
-    conv = (intermediate_size + 2 * n_groups * state_size) * (conv_kernel - 1)
-    ssm = num_heads * head_dim * state_size
+    """One request's recurrent state on one rank, as SGLang's Mamba pool holds it
+    (0.5.23: configs/mamba_utils.py:Mamba2StateShape.create): per layer, a conv state of the
+    last `conv_kernel - 1` inputs over `intermediate_size + 2 · n_groups · state_size`
+    channels and an SSM state of `num_heads × head_dim × state_size`, channels and heads split
+    over `tp_size` ranks (groups that do not divide are replicated up to one a rank). Both are
+    restored together, so both are one storage object."""
+    groups = n_groups if n_groups % tp_size == 0 else tp_size
+    channels = _per_rank(intermediate_size + 2 * groups * state_size, tp_size)
+    conv = channels * (conv_kernel - 1)
+    ssm = _per_rank(num_heads, tp_size) * head_dim * state_size
     return layers * (conv * conv_dtype_bytes + ssm * ssm_dtype_bytes)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A published checkpoint of a model at one weight precision."""
+
+    weights_dtype: str
+    weight_bytes: float
+    weight_source: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,14 +101,28 @@ class ModelPreset:
     """Where `weight_bytes` comes from (a checkpoint size, or parameters x 2 bytes)."""
     num_key_value_heads: int
     """Attention KV heads: a tensor-parallel rank holds max(1, heads // tp) of them."""
+    weights_dtype: str = "bf16"
+    """The precision of `weight_bytes`: the checkpoint the model card points at."""
+    other_checkpoints: tuple[Checkpoint, ...] = ()
+    """Other published checkpoints (`model.weights_dtype` picks one); only ones that exist."""
 
-    def pool_specs(self) -> dict[str, dict[str, int]]:
-        """The derived `model.<pool>` specs, keyed by pool name."""
+    def pool_specs(self, tp_size: int = 1) -> dict[str, dict[str, int]]:
+        """The derived `model.<pool>` specs of one rank at `tp_size`, keyed by pool name."""
         raise NotImplementedError
 
     @property
     def pools(self) -> tuple[str, ...]:
         return tuple(self.pool_specs())
+
+    @property
+    def checkpoints(self) -> dict[str, Checkpoint]:
+        """Every published precision, the default first."""
+        shipped = Checkpoint(self.weights_dtype, self.weight_bytes, self.weight_source)
+        return {c.weights_dtype: c for c in (shipped, *self.other_checkpoints)}
+
+    def checkpoint(self, weights_dtype: str | None = None) -> Checkpoint:
+        """The checkpoint at `weights_dtype` (None: the default one)."""
+        return self.checkpoints[weights_dtype or self.weights_dtype]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,25 +147,27 @@ class SlidingWindowHybrid(ModelPreset):
     def sliding_window_layers(self) -> int:
         return self.layer_types.count(SLIDING)
 
-    def kv_bytes_per_token(self) -> int:
+    def kv_bytes_per_token(self, tp_size: int = 1) -> int:
+        heads = kv_heads_per_rank(self.num_key_value_heads, tp_size)
         return attention_bytes_per_token(
-            self.full_attention_layers, self.num_key_value_heads, self.head_dim, self.dtype_bytes
+            self.full_attention_layers, heads, self.head_dim, self.dtype_bytes
         )
 
-    def swa_bytes_per_token(self) -> int:
+    def swa_bytes_per_token(self, tp_size: int = 1) -> int:
+        heads = kv_heads_per_rank(self.num_key_value_heads, tp_size)
         return attention_bytes_per_token(
-            self.sliding_window_layers, self.num_key_value_heads, self.head_dim, self.dtype_bytes
+            self.sliding_window_layers, heads, self.head_dim, self.dtype_bytes
         )
 
-    def pool_specs(self) -> dict[str, dict[str, int]]:
+    def pool_specs(self, tp_size: int = 1) -> dict[str, dict[str, int]]:
         return {
             "kv": {
-                "bytes_per_token": self.kv_bytes_per_token(),
+                "bytes_per_token": self.kv_bytes_per_token(tp_size),
                 "layers": self.full_attention_layers,
             },
             "swa": {
                 "window_tokens": self.sliding_window,
-                "bytes_per_token": self.swa_bytes_per_token(),
+                "bytes_per_token": self.swa_bytes_per_token(tp_size),
                 "layers": self.sliding_window_layers,
             },
         }
@@ -159,12 +200,13 @@ class GatedDeltaNetHybrid(ModelPreset):
     def linear_attention_layers(self) -> int:
         return self.num_hidden_layers - self.full_attention_layers
 
-    def kv_bytes_per_token(self) -> int:
+    def kv_bytes_per_token(self, tp_size: int = 1) -> int:
+        heads = kv_heads_per_rank(self.num_key_value_heads, tp_size)
         return attention_bytes_per_token(
-            self.full_attention_layers, self.num_key_value_heads, self.head_dim, self.dtype_bytes
+            self.full_attention_layers, heads, self.head_dim, self.dtype_bytes
         )
 
-    def mamba_state_bytes(self) -> int:
+    def mamba_state_bytes(self, tp_size: int = 1) -> int:
         return mamba2_state_bytes(
             layers=self.linear_attention_layers,
             intermediate_size=self.linear_num_value_heads * self.linear_value_head_dim,
@@ -175,16 +217,17 @@ class GatedDeltaNetHybrid(ModelPreset):
             conv_kernel=self.linear_conv_kernel_dim,
             conv_dtype_bytes=self.conv_dtype_bytes,
             ssm_dtype_bytes=self.ssm_dtype_bytes,
+            tp_size=tp_size,
         )
 
-    def pool_specs(self) -> dict[str, dict[str, int]]:
+    def pool_specs(self, tp_size: int = 1) -> dict[str, dict[str, int]]:
         return {
             "kv": {
-                "bytes_per_token": self.kv_bytes_per_token(),
+                "bytes_per_token": self.kv_bytes_per_token(tp_size),
                 "layers": self.full_attention_layers,
             },
             "mamba": {
-                "state_bytes": self.mamba_state_bytes(),
+                "state_bytes": self.mamba_state_bytes(tp_size),
                 "layers": self.linear_attention_layers,
             },
         }
@@ -222,15 +265,15 @@ class Mamba2Hybrid(ModelPreset):
     def mamba_layers(self) -> int:
         return self.hybrid_override_pattern.count(MAMBA)
 
-    def kv_bytes_per_token(self) -> int:
+    def kv_bytes_per_token(self, tp_size: int = 1) -> int:
         return attention_bytes_per_token(
             self.attention_layers,
-            self.num_key_value_heads,
+            kv_heads_per_rank(self.num_key_value_heads, tp_size),
             self.attention_head_dim,
             self.dtype_bytes,
         )
 
-    def mamba_state_bytes(self) -> int:
+    def mamba_state_bytes(self, tp_size: int = 1) -> int:
         return mamba2_state_bytes(
             layers=self.mamba_layers,
             intermediate_size=self.mamba_num_heads * self.mamba_head_dim,
@@ -241,12 +284,16 @@ class Mamba2Hybrid(ModelPreset):
             conv_kernel=self.conv_kernel,
             conv_dtype_bytes=self.conv_dtype_bytes,
             ssm_dtype_bytes=self.ssm_dtype_bytes,
+            tp_size=tp_size,
         )
 
-    def pool_specs(self) -> dict[str, dict[str, int]]:
+    def pool_specs(self, tp_size: int = 1) -> dict[str, dict[str, int]]:
         return {
-            "kv": {"bytes_per_token": self.kv_bytes_per_token(), "layers": self.attention_layers},
-            "mamba": {"state_bytes": self.mamba_state_bytes(), "layers": self.mamba_layers},
+            "kv": {
+                "bytes_per_token": self.kv_bytes_per_token(tp_size),
+                "layers": self.attention_layers,
+            },
+            "mamba": {"state_bytes": self.mamba_state_bytes(tp_size), "layers": self.mamba_layers},
         }
 
 
@@ -267,6 +314,7 @@ MODEL_PRESETS.register(
             "OpenAI's model card: a 12.8 GiB checkpoint (MXFP4 experts, which SGLang keeps "
             "in 4 bits)"
         ),
+        weights_dtype="mxfp4",
         layer_types=interleaved(24, every=2),
         num_key_value_heads=8,
         head_dim=64,
@@ -282,6 +330,7 @@ MODEL_PRESETS.register(
             "OpenAI's model card: a 60.8 GiB checkpoint (MXFP4 experts, which SGLang keeps "
             "in 4 bits)"
         ),
+        weights_dtype="mxfp4",
         layer_types=interleaved(36, every=2),
         num_key_value_heads=8,
         head_dim=64,
@@ -306,6 +355,14 @@ MODEL_PRESETS.register(
         source="Qwen/Qwen3-Next-80B-A3B-Instruct",
         weight_bytes=80e9 * BF16_BYTES,
         weight_source="80 B parameters x 2 bytes (bf16): an estimate",
+        other_checkpoints=(
+            Checkpoint(
+                "fp8",
+                80e9,
+                "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8 (block-wise FP8): 80 B parameters x 1 "
+                "byte, an estimate",
+            ),
+        ),
         num_hidden_layers=48,
         full_attention_interval=4,
         num_key_value_heads=2,

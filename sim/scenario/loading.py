@@ -37,7 +37,7 @@ from sim.scenario.schema import (
     schema_default,
     schema_refusal,
 )
-from sim.scenario.sections import expanded_model, list_every_storage_pool
+from sim.scenario.sections import MAX_TP_SIZE, expanded_model, list_every_storage_pool
 from sim.scenario.sizes import normalize_sizes
 from sim.workload.kinds import MAX_TRACE_FILE_BYTES
 
@@ -64,7 +64,9 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     written = copy.deepcopy(doc)
     profiled = layer_profiles(written)
     doc = copy.deepcopy(profiled.doc)
-    model = expanded_model(doc.get("model"))
+    model = expanded_model(doc.get("model"), _tp_size(doc))
+    if isinstance(model, dict) and model is not doc.get("model"):
+        doc["model"] = copy.deepcopy(model)
     _label_preset(model, written, profiled.sources)
     problems: list[tuple[str | None, str]] = [
         *profiled.problems,
@@ -74,8 +76,8 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     problems += [(e.key, str(e).split(": ", 1)[1]) for e in derived]
     list_every_storage_pool(doc)
     known = {key for key, _ in problems}
-    if derived:
-        known.add("device.kv_pages")  # not sized, and the derivation has said why
+    if derived:  # not sized, and the derivation has said why: what follows from the sizing
+        known.update(key for key in SIZED_KEYS if not has(written, key))
     try:
         scenario = scenario_model().model_validate(doc)
     except RecursionError:
@@ -97,12 +99,33 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     raise ScenarioError(source, key, message, more)
 
 
+def _tp_size(doc: dict[str, Any]) -> int:
+    """The ranks a preset's pool specs are one of: `server.tp_size` when it is one the schema
+    takes (a bad one is reported by the schema; the preset is then expanded at 1)."""
+    tp = mapping(doc.get("server")).get("tp_size", 1)
+    valid = isinstance(tp, int) and not isinstance(tp, bool) and 1 <= tp <= MAX_TP_SIZE
+    return tp if valid else 1
+
+
+SIZED_KEYS = (
+    "device",
+    "device.kv_pages",
+    "device.swa_pages",
+    "device.mamba_slots",
+    "host.pages",
+    "host.swa_pages",
+)
+"""What the device sizing fills in, directly or from the device pool (the `device` section is
+required only for its `kv_pages`)."""
+
+
 def _without_follow_ons(
     problems: list[tuple[str | None, str]], doc: dict[str, Any]
 ) -> list[tuple[str | None, str]]:
-    """With an unknown `model.preset`, a size written with a unit ('40GiB') cannot be
-    converted (the model is unknown) and the schema refuses it as not a number: that is the
-    preset's fault, told once, not one more error per size."""
+    """With an unknown `model.preset`, the preset is told once, first: a size written with a
+    unit ('40GiB') cannot be converted (the model is unknown) and the schema refuses it as
+    not a number, and the device is not sized from the GPU; those are the preset's fault,
+    not one more error each."""
     preset = mapping(doc.get("model")).get("preset")
     if not isinstance(preset, str) or preset in MODEL_PRESETS:
         return problems
@@ -111,8 +134,10 @@ def _without_follow_ons(
         value = value_at(doc, key) if key else None
         if key != "model.preset" and isinstance(value, str) and _is_size_key(key):
             continue
+        if key in SIZED_KEYS and value is None:
+            continue
         kept.append((key, message))
-    return kept
+    return sorted(kept, key=lambda problem: problem[0] != "model.preset")
 
 
 def _is_size_key(key: str | None) -> bool:

@@ -51,8 +51,9 @@ def _kv_or_preset(schema: dict[str, Any]) -> None:
     ]
 
 
-def expand_preset(data: Any) -> Any:
-    """A `model:` mapping with its preset's pool specs as the defaults of what it writes."""
+def expand_preset(data: Any, tp_size: int = 1) -> Any:
+    """A `model:` mapping with its preset's pool specs, one rank's at `tp_size`, as the
+    defaults of what it writes."""
     if not isinstance(data, dict) or data.get("preset") is None:
         return data
     name = data["preset"]
@@ -62,7 +63,12 @@ def expand_preset(data: Any) -> Any:
         guess = nearest(str(name), list(MODEL_PRESETS))
         hint = f"did you mean {guess!r}? " if guess else ""
         raise KeyedError("model.preset", f"unknown preset {name!r}; {hint}known presets: {known}")
-    return layered(preset.pool_specs(), data)
+    return layered(preset.pool_specs(tp_size), data)
+
+
+MAX_TP_SIZE = 1024
+WEIGHT_DTYPES = ("bf16", "fp8", "mxfp4")
+"""Weight precisions a preset may have a published checkpoint in."""
 
 
 class ModelSpec(Strict):
@@ -77,21 +83,39 @@ class ModelSpec(Strict):
     kept in the resolved config as provenance."""
     page_size: Annotated[int, Field(strict=True, ge=1, le=2**16)] = DEFAULT_PAGE_SIZE
     kv: KVPoolSpec
+    weights_dtype: Literal[WEIGHT_DTYPES] | None = None  # type: ignore[valid-type]
+    """Which of the preset's published checkpoints the server loads (null: the one its model
+    card points at); sets the weights the device is sized from and the roofline's bytes read."""
 
     @model_validator(mode="before")
     @classmethod
     def _expand_preset(cls, data: Any) -> Any:
         """Done before validation, so every way in (a file, `--set`, a plain mapping, a sweep
-        point, a pickle) sees the same expanded model."""
+        point, a pickle) sees the same expanded model. The loader expands it first at the
+        scenario's `server.tp_size`; expanding again here adds nothing."""
         return expand_preset(data)
+
+    @model_validator(mode="after")
+    def _published_precision(self) -> ModelSpec:
+        preset = MODEL_PRESETS.get(self.preset) if self.preset is not None else None
+        if self.weights_dtype is None or (preset and self.weights_dtype in preset.checkpoints):
+            return self
+        why = (
+            f"{self.preset} has no published {self.weights_dtype} checkpoint; it has "
+            f"{', '.join(preset.checkpoints)}"
+            if preset
+            else "needs model.preset: the weights are the preset's"
+        )
+        raise KeyedError("model.weights_dtype", f"{why} (got {self.weights_dtype!r})")
 
     @model_serializer(mode="wrap")
     def _without_absent_preset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A model without a preset dumps no `preset` key, so the resolved configs and sweep
-        task keys of such scenarios do not depend on presets."""
+        """A model without a preset (or a precision) dumps no `preset` (`weights_dtype`) key,
+        so the resolved configs and sweep task keys of such scenarios do not depend on them."""
         data: dict[str, Any] = handler(self)
-        if data.get("preset") is None:
-            data.pop("preset", None)
+        for key in ("preset", "weights_dtype"):
+            if data.get(key) is None:
+                data.pop(key, None)
         return data
 
     def pool_spec(self, name: str) -> PoolSpec | None:
@@ -320,7 +344,7 @@ class ServerSpec(Strict):
     """An SGLang release (`0.5.18` ... `0.5.23`, `latest`, or `pr36386` for 0.5.19; `custom`
     or null for none): that release's HiCache defaults become the defaults of the scenario's
     keys, and what the release's server refuses to start with is bad input."""
-    tp_size: Annotated[int, Field(strict=True, ge=1, le=1024)] = 1
+    tp_size: Annotated[int, Field(strict=True, ge=1, le=MAX_TP_SIZE)] = 1
     """Tensor parallelism: sizes one rank's share of the weights and heads when the device is
     sized from `hardware` (device and host figures are one rank's), and makes each page that
     many shards in storage, one per rank, each with its own failure draws."""
@@ -392,11 +416,11 @@ MAX_DURATION_S = 1e9
 """About 32 years of simulated time."""
 
 
-def expanded_model(model: Any) -> Any:
-    """The model section with its preset expanded (as validation will see it); unchanged when
-    there is none or it is unknown (validation reports that)."""
+def expanded_model(model: Any, tp_size: int = 1) -> Any:
+    """The model section with its preset expanded for one rank at `tp_size` (as validation
+    will see it); unchanged when there is none or it is unknown (validation reports that)."""
     try:
-        return expand_preset(model)
+        return expand_preset(model, tp_size)
     except (KeyedError, ValueError, TypeError):
         return model
 
