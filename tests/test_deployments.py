@@ -313,7 +313,10 @@ def test_a_retired_name_is_refused_with_the_release_to_name(name: str, hint: str
         build_scenario(deployment_doc(**{"server.sglang": name}))
     assert err.value.key == "server.sglang"
     assert "is no longer accepted" in err.value.message and hint in err.value.message
-    assert "0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23, latest, custom" in err.value.message
+    listed = (
+        "0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23, pr36386 (0.5.19), latest (0.5.23), custom"
+    )
+    assert listed in err.value.message
 
 
 @pytest.mark.parametrize(

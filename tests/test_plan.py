@@ -145,7 +145,9 @@ def test_cli_writes_the_answer_frontier_plot_and_page_and_a_rerun_reuses(work: P
     assert "cheapest of the 4 grid points" in page
     plain = page.split('<p class="plain">')[1].split("</p>")[0]
     assert page.index('class="plain"') < page.index('id="deployment"') < page.index('id="prices"')
-    assert plain.startswith("This plan priced 4 deployments of a custom model on servers of h200")
+    assert plain.startswith(
+        "This plan priced 4 deployments of a custom model on servers of one H200 each"
+    )
     assert "the SWA storage pool&#x27;s capacity" in plain and "$3.20 per hour" in plain
     assert "every seed gave the same value" in plain and "Not modelled" in plain
     assert "storage.pools" not in plain and "cluster.instances" not in plain, "words, not keys"

@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
+from sim.outputs.card import deployment_card
 from sim.outputs.plain import capacity_paragraph, plan_paragraph
 
 CONFIG: dict[str, Any] = {
@@ -40,7 +43,7 @@ def test_a_capacity_answer_in_plain_words() -> None:
     text = capacity_paragraph(answer, rows, CONFIG)
     assert text.startswith(
         "This search sized the SWA storage pool's capacity for gpt-oss-120b on 2 servers of "
-        "h200 GPUs, SGLang 0.5.23 with the file storage backend"
+        "one H200 each, SGLang 0.5.23 with the file storage backend"
     )
     assert "the share of prompt tokens restored from storage is at least 0.2" in text
     assert "The answer is 32.1 GB (resolved to within 3.1 GB; 29.0 GB fails)" in text
@@ -66,10 +69,58 @@ def test_a_plan_answer_in_plain_words() -> None:
         "overloaded": {"statement": "..."},
     }
     text = plan_paragraph(doc, CONFIG)
-    assert text.startswith("This plan priced 6 deployments of gpt-oss-120b on servers of h200")
+    assert text.startswith(
+        "This plan priced 6 deployments of gpt-oss-120b on servers of one H200 each"
+    )
     assert "the TTFT p99 is at most 2 s" in text
     assert "The cheapest of the grid's points is 2 servers, 20 GB for the SWA storage" in text
     assert "$7.25 per hour ($5,292 per month, 2 GPUs)" in text
     assert "the TTFT p99 at a mean of 1.5 s (95 % interval 1.2 s to 1.8 s)" in text
     assert "may lie between the grid's points" in text and "were overloaded" in text
     assert not keys_in(text), keys_in(text)
+
+
+def test_a_relative_target_is_told_as_asked_with_its_reference_mean() -> None:
+    answer = {
+        "param": "storage.pools.swa.capacity_gb",
+        "target": "heal_rate>=0.2519",
+        "requested_target": "heal_rate>=95%@unbounded",
+        "reference": {"value": None, "n": 3, "mean": 0.26521, "ci_low": 0.25, "ci_high": 0.28},
+        "seeds": 3,
+        "answer": None,
+    }
+    text = capacity_paragraph(answer, [], CONFIG)
+    assert "the heal rate is at least 95 % of the unbounded pool's 0.2652 with 95 %" in text
+    at_value = {**answer, "reference": {**answer["reference"], "value": 100.0}}
+    text = capacity_paragraph(at_value, [], CONFIG)
+    assert "at least 95 % of its value at 100 GB, 0.2652" in text
+
+
+@pytest.mark.parametrize(
+    ("instances", "tp", "words"),
+    [
+        (1, 1, "gpt-oss-120b on one H200, SGLang"),
+        (1, 4, "gpt-oss-120b on one server of 4 H200 GPUs, SGLang"),
+        (3, 2, "gpt-oss-120b on 3 servers of 2 H200 GPUs each, SGLang"),
+    ],
+)
+def test_the_deployment_reads_as_a_person_writes_it(instances: int, tp: int, words: str) -> None:
+    config = {**CONFIG, "cluster": {"instances": instances}, "server": {"tp_size": tp}}
+    config["server"]["sglang"] = "0.5.23"
+    assert words in plan_paragraph({"axes": {}, "targets": [], "seeds": 1}, config)
+
+
+def test_the_deployment_card_names_no_raw_keys() -> None:
+    config = {
+        **CONFIG,
+        "model": {
+            "preset": "qwen3-next-80b-a3b",
+            "kv": {"bytes_per_token": 12288},
+            "page_size": 64,
+        },
+        "device": {"kv_pages": 100, "mamba_slots": 20},
+    }
+    config["model"]["mamba"] = {"state_bytes": 38633472}
+    device = dict(deployment_card(config))["device pools"]
+    assert device.startswith("KV pages 100") and "Mamba slots 20" in device
+    assert not keys_in(device), keys_in(device)

@@ -136,3 +136,47 @@ def test_sizes_with_units_use_the_pool_sizes_a_preset_brings() -> None:
     assert scenario.device.kv_pages == 80 * 2**30 // page_bytes
     assert scenario.storage_pool("swa").capacity_gb == 500.0
     assert set(scenario.storage.pools) == {"kv", "swa"}
+
+
+# ---------------------------------------------------------------- a newcomer's first commands
+
+
+@pytest.mark.parametrize("written", ["H200", "H200-SXM", "h200-sxm", "h200 SXM"])
+def test_a_gpu_written_as_its_maker_names_it_is_the_profile(written: str) -> None:
+    from tests.test_deployments import deployment_doc
+
+    scenario = build_scenario(deployment_doc(**{"hardware.gpu": written}))
+    assert scenario.hardware.gpu == "h200"
+    assert scenario.hardware.memory_mib == 143771
+
+
+def test_a_gpu_the_profiles_lack_gets_a_did_you_mean() -> None:
+    from tests.test_deployments import deployment_doc
+
+    with pytest.raises(ScenarioError) as err:
+        build_scenario(deployment_doc(**{"hardware.gpu": "h20"}))
+    assert err.value.key == "hardware.gpu" and "did you mean 'h200'?" in err.value.message
+
+
+def test_the_release_list_names_the_aliases_with_their_release() -> None:
+    with pytest.raises(ScenarioError) as err:
+        scenario_with(**{"server.sglang": "0.5.99"})
+    assert "pr36386 (0.5.19), latest (0.5.23), custom" in err.value.message
+
+
+def test_click_s_own_refusals_share_the_error_prefix(tmp_path: Path) -> None:
+    result = invoke("run", "--bogus")
+    assert result.exit_code == 2
+    assert "error: No such option '--bogus'" in result.output
+    assert "Error:" not in result.output
+
+
+def test_compare_tells_a_bad_heal_beside_a_bad_scenario_key(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(make_doc()))
+    result = invoke("compare", str(path), "--heal", "nope,exact", "--set", "device.kv_pages=abc")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("error: --set: device.kv_pages: 'abc' is not a size")
+    assert lines[1].startswith("--heal nope: heal: Input should be")
+    assert len(lines) == 2  # exact is fine; the bad --set is told once

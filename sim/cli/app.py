@@ -7,12 +7,14 @@ nothing is written); 1 anything else.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
@@ -162,7 +164,35 @@ def executor_options(fn: F) -> F:
     )(fn)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """click's group, with click's own refusals (an unknown option, a missing argument) told
+    under the same `error:` prefix as every other error of this tool, not click's `Error:`."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            told = io.StringIO()
+            exc.show(file=told)
+            click.echo(
+                re.sub(r"^Error: ", "error: ", told.getvalue(), flags=re.M), err=True, nl=False
+            )
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hicache-sim")
 @click.option(
     "--debug",

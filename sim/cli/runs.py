@@ -126,8 +126,7 @@ def compare_cmd(
     from sim.studies.variants import variant_set
 
     found = variant_set(heals, vary, variant_specs)
-    base = load(scenario, overrides, seed)
-    scenarios = [_load_variant(scenario, overrides, seed, v, found, base) for v in found.variants]
+    base, scenarios = _load_variants(scenario, overrides, seed, found)
     refuse_existing(out, force)
 
     def shown(label: str) -> str:
@@ -162,25 +161,66 @@ def _warn_if_identical(table: pd.DataFrame, column: str) -> None:
         )
 
 
+def _load_variants(
+    path: str, overrides: tuple[str, ...], seed: int | None, found: VariantSet
+) -> tuple[Scenario, list[Scenario]]:
+    """The scenario and every variant of it, or one refusal telling every problem at once: the
+    scenario's own, then each variant's that its own keys cause (a bad `--heal` beside a bad
+    `--set`), each under the option and label it came from."""
+    base: Scenario | None = None
+    problems: list[tuple[str | None, str]] = []
+    first: ScenarioError | None = None
+    try:
+        base = load(path, overrides, seed)
+    except ScenarioError as exc:
+        first = exc
+    scenarios = []
+    for variant in found.variants:
+        try:
+            scenarios.append(_load_variant(path, overrides, seed, variant, base))
+        except ScenarioError as exc:
+            where = ";".join(variant.sets) if found.option == "--vary" else variant.label
+            problems += _variant_problems(exc, f"{found.option} {where}", variant, base is None)
+    if first is None and not problems:
+        assert base is not None
+        return base, scenarios
+    if first is None:
+        (key, message), *more = problems
+        raise ScenarioError(path, key, message, more)
+    raise ScenarioError(first.source, first.key, first.message, [*first.problems[1:], *problems])
+
+
+def _variant_problems(
+    exc: ScenarioError, where: str, variant: Variant, base_failed: bool
+) -> list[tuple[str | None, str]]:
+    """A variant's problems, each under the variant's option (its own source); with the
+    scenario itself refused, only those of the keys the variant sets."""
+    keys = [text.partition("=")[0].strip() for text in variant.sets]
+    told: list[tuple[str | None, str]] = []
+    for key, message in exc.problems:
+        # The variant's option names the source; the key is a key, not a `--set` label.
+        bare = key.removeprefix(f"{COMMAND_LINE_SET} ") if key else key
+        ours = bare is not None and any(
+            bare == k or bare.startswith(f"{k}.") or k.startswith(f"{bare}.") for k in keys
+        )
+        if base_failed and not ours:
+            continue
+        told.append((f"{where}: {bare}" if bare else where, message))
+    return told
+
+
 def _load_variant(
     path: str,
     overrides: tuple[str, ...],
     seed: int | None,
     variant: Variant,
-    found: VariantSet,
-    base: Scenario,
+    base: Scenario | None,
 ) -> Scenario:
-    """The scenario with `--set`, then the variant's keys; a refusal names the variant's option
-    (and its label), and a variant that replays another trace has that trace read whole too."""
-    try:
-        sc = load(path, (*overrides, *variant.sets), seed, scan_trace=False)
-        if sc.trace_path() != base.trace_path():
-            trace_requests(sc)
-    except ScenarioError as exc:
-        where = ";".join(variant.sets) if found.option == "--vary" else variant.label
-        # The variant's option names the source; the key is a key, not a `--set` label.
-        key = exc.key.removeprefix(f"{COMMAND_LINE_SET} ") if exc.key else exc.key
-        raise ScenarioError(f"{found.option} {where}", key, exc.message) from None
+    """The scenario with `--set`, then the variant's keys; a variant that replays another
+    trace has that trace read whole too."""
+    sc = load(path, (*overrides, *variant.sets), seed, scan_trace=False)
+    if base is not None and sc.trace_path() != base.trace_path():
+        trace_requests(sc)
     return sc
 
 

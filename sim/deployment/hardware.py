@@ -169,6 +169,24 @@ GPUS.register(
 )
 
 
+GPU_FORM_FACTORS = ("-sxm5", "-sxm4", "-sxm", "-hbm3", "-80gb")
+"""Suffixes of a GPU's marketing name that name no other profile here (every profile is the
+SXM or only board of its chip)."""
+GPU_ALIASES = {"a100": "a100-80g", "a100-80gb": "a100-80g", "h100-80g": "h100"}
+
+
+def gpu_named(name: str) -> str | None:
+    """The `hardware.gpu` profile a GPU's written name means (`H200`, `H200-SXM`, `h100 sxm5`),
+    or None when it names none."""
+    key = name.strip().lower().replace(" ", "-").replace("_", "-")
+    if key in GPU_ALIASES:
+        return GPU_ALIASES[key]
+    for suffix in GPU_FORM_FACTORS:
+        key = key.removesuffix(suffix)
+    key = GPU_ALIASES.get(key, key)
+    return key if key in GPUS else None
+
+
 class Calibration(Strict):
     """A file written by `hicache-sim calibrate`: one GPU's memory and measured host link."""
 

@@ -124,7 +124,12 @@ def unknown_release_message(name: str) -> str:
     """What `server.sglang` says about a name that is not a release: which releases exist, and
     the closest one."""
     versions = release_names()
-    known = ", ".join((*versions, LATEST, CUSTOM))
+    aliases = [
+        f"{alias} ({release.name})"
+        for alias, release in SGLANG_RELEASES.items()
+        if alias not in versions
+    ]
+    known = ", ".join((*versions, *aliases, CUSTOM))
     why = RETIRED_NAMES.get(name)
     if why is not None:
         head = f"{name!r} is no longer accepted ({why}): a scenario names the release it models"

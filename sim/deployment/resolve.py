@@ -22,7 +22,7 @@ from sim.core.documents import layered
 from sim.core.spec import KeyedError, ScenarioError
 from sim.deployment.compute import roofline
 from sim.deployment.fitting import ServerMemory, what_fits
-from sim.deployment.hardware import GPUS, read_calibration
+from sim.deployment.hardware import GPUS, gpu_named, read_calibration
 from sim.deployment.profiles import ChunkTier, backend_of, release_of
 from sim.deployment.releases import TIERS_SINCE_0_5_20
 from sim.deployment.sizing import (
@@ -107,6 +107,7 @@ class Layered:
 
 def layer_profiles(written: dict[str, Any]) -> Layered:
     """The release, backend and hardware layers under what the document writes."""
+    _canonical_gpu(written)
     sources = Sources({key: USER for key in leaves(written)})
     problems: list[tuple[str, str]] = []
     layers: list[tuple[str, dict[str, Any]]] = []
@@ -127,6 +128,14 @@ def layer_profiles(written: dict[str, Any]) -> Layered:
             elif get(written, key) != value:
                 sources.of[key] = f"{USER}; {label} has {show_value(value)}"
     return Layered(layered(below, written), sources, problems)
+
+
+def _canonical_gpu(written: dict[str, Any]) -> None:
+    """`hardware.gpu` as a person writes it (`H200`, `H200-SXM`) becomes the profile's name."""
+    section = written.get("hardware")
+    name = section.get("gpu") if isinstance(section, dict) else None
+    if isinstance(name, str) and name not in GPUS and gpu_named(name) is not None:
+        section["gpu"] = gpu_named(name)  # type: ignore[index]
 
 
 def show_value(value: Any) -> str:

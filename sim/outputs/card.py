@@ -150,7 +150,8 @@ def _device(config: Mapping[str, Any], notes: Mapping[str, str], varied: Mapping
         if not isinstance(value_at(config, f"model.{pool}"), Mapping):
             continue
         value = value_at(config, f"device.{key}")
-        text = f"{POOL_LABELS[pool]} {key} {_sized(f'device.{key}', value, notes, varied)}"
+        unit = key.split("_")[-1]
+        text = f"{POOL_LABELS[pool]} {unit} {_sized(f'device.{key}', value, notes, varied)}"
         holds = held(config, f"device.{key}") if f"device.{key}" not in varied else ""
         parts.append(text + (f" = {holds}" if holds and pool == "swa" else ""))
     return "; ".join(parts) or "–"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sim.core.documents import value_at
-from sim.core.stats import parse_target
+from sim.core.stats import parse_relative, parse_target
 from sim.core.units import is_missing, metric_text, metric_unit
 from sim.outputs.answers import SAME_NOTE, answer_text, quantity_text, same_every_seed
 from sim.outputs.findings import LABELS, label
@@ -72,17 +72,51 @@ def plain_target(text: str) -> str:
     return f"{plain_metric(metric)} is {side} {metric_text(metric, bound)}"
 
 
+def relative_target(answer: Mapping[str, Any], param: str) -> str:
+    """A relative target as it was asked, with the reference mean that made it absolute: 'the
+    heal rate is at least 95 % of the unbounded pool's 0.2652'; an absolute one as written."""
+    target, reference = str(answer["target"]), answer.get("reference")
+    requested = answer.get("requested_target")
+    relative = parse_relative(str(requested)) if requested else None
+    if relative is None or not isinstance(reference, Mapping):
+        return plain_target(target)
+    metric, op, share, _ = relative
+    side = "at least" if op == ">=" else "at most"
+    value, mean = reference.get("value"), reference.get("mean")
+    whose = (
+        "the unbounded pool's" if value is None else f"its value at {quantity_text(param, value)},"
+    )
+    return f"{plain_metric(metric)} is {side} {share * 100:g} % of {whose} {mean:.4g}"
+
+
+GPU_WORDS = {
+    "h100": "H100",
+    "h200": "H200",
+    "b200": "B200",
+    "a100-80g": "A100 80GB",
+    "l40s": "L40S",
+}
+"""A GPU profile's name as its maker writes it."""
+
+
 def deployment_words(config: Mapping[str, Any], varied: Sequence[str] = ()) -> str:
-    """'gpt-oss-120b on 2 servers of h200 GPUs, SGLang 0.5.23 with the file storage backend'
-    (the server count left out where it is among the `varied` keys)."""
+    """'gpt-oss-120b on 2 servers of 4 H200 GPUs each, SGLang 0.5.23 with the file storage
+    backend'; 'on one H200' for one server of one GPU (the server count left out where it is
+    among the `varied` keys)."""
     model = value_at(config, "model.preset") or "a custom model"
     servers = value_at(config, "cluster.instances") or 1
+    tp = value_at(config, "server.tp_size") or 1
     gpu = value_at(config, "hardware.gpu")
-    text = f"{model} on " + (
-        "servers" if "cluster.instances" in varied else f"{servers} server" + "s" * (servers != 1)
-    )
-    if gpu:
-        text += f" of {gpu} GPUs"
+    board = GPU_WORDS.get(str(gpu), str(gpu)) if gpu else None
+    each = None if board is None else f"one {board}" if tp == 1 else f"{tp:,} {board} GPUs"
+    if "cluster.instances" in varied:
+        text = f"{model} on servers" + (f" of {each} each" if each else "")
+    elif servers == 1:
+        text = f"{model} on " + (
+            "one server" if each is None else each if tp == 1 else f"one server of {each}"
+        )
+    else:
+        text = f"{model} on {servers:,} servers" + (f" of {each} each" if each else "")
     release, backend = value_at(config, "server.sglang"), value_at(config, "storage.backend")
     if release:
         text += f", SGLang {release}"
@@ -117,7 +151,7 @@ def capacity_paragraph(
     where = deployment_words(config, [param]) if config else "the scenario's deployment"
     text = (
         f"This search sized {plain_key(param)} for {where}: the smallest value at which "
-        f"{plain_target(target)} with 95 % confidence over {seeds} seeds. "
+        f"{relative_target(answer, param)} with 95 % confidence over {seeds} seeds. "
     )
     best = next((r for r in rows if _same(r.get("value"), found)), None)
     if found is None or best is None:
