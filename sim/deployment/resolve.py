@@ -244,6 +244,7 @@ class Derivation:
         ):
             return
         dtype = self.model.get("weights_dtype") if isinstance(self.model, dict) else None
+        dtype = dtype if isinstance(dtype, str) else None
         found = roofline(gpu, name, tp, dtype) if isinstance(tp, int) else None
         if found is None:
             return
@@ -359,8 +360,9 @@ class Derivation:
                 fraction,
                 f"SGLang's rule for {memory:,} MiB at tp {tp}",
             )
-        dtype = self.model.get("weights_dtype")
-        checkpoint = preset.checkpoint(dtype if dtype in preset.checkpoints else None)
+        written = self.model.get("weights_dtype")
+        dtype = written if isinstance(written, str) and written in preset.checkpoints else None
+        checkpoint = preset.checkpoint(dtype)
         rank = rank_model(
             tp_size=tp,
             weight_bytes=checkpoint.weight_bytes,
