@@ -33,6 +33,7 @@ _SHARED: dict[str, Any] = {
     "prefetch.shrink": "page",
     "prefetch.short_span_aux": "none",
     "prefetch.threshold_floor": "swa_window",
+    "prefetch.sidecar_read": "with_kv_batch",
 }
 _KV_BELIEFS = {
     "existence_cache.beliefs": "kv",
@@ -54,6 +55,7 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
         **_SHARED,
         "heal": "none",
         "prefetch.threshold_floor": "page",
+        "prefetch.sidecar_read": "after_kv",
         "prefetch.retry.max_attempts": 0,
         "prefetch.retry.interval_passes": 0,
     },

@@ -115,7 +115,8 @@ class DeviceSpec(Strict):
 
     def capacity(self, pool: str) -> int:
         """Device capacity of an aux pool in its own unit (pages or slots)."""
-        return cast(int, getattr(self, POOL_KINDS[pool].device_key))
+        key = POOL_KINDS[pool].device_key
+        return self.kv_pages if key is None else cast(int, getattr(self, key))
 
 
 class HostSpec(Strict):
@@ -263,6 +264,13 @@ class PrefetchSpec(Strict):
     (an SWA window) asks that pool for: its own pages, the device prefix holding the rest of
     the window (`own_pages`, SGLang 0.5.19), or nothing, which fails the hybrid check
     (`none`, 0.5.20 on, and every release in cache mode; the default)."""
+    sidecar_read: Literal["with_kv_batch", "after_kv"] = "with_kv_batch"
+    """When a KV-derived sidecar pool (the DSA indexer) is read: beside each KV batch, the
+    batch's hit clamped to the shorter of the two (`with_kv_batch`, SGLang 0.5.19 on:
+    `CacheController._page_transfer_kv_batch`; the default), or once KV has completed, the
+    usable prefix clamped to the sidecar's leading run and nothing read when KV fell short
+    (`after_kv`, 0.5.18). Either way a sidecar shortfall clamps the hit instead of discarding
+    it, unless a tail-keyed pool (SWA, Mamba) makes the stack all-or-nothing."""
     threshold_floor: Literal["page", "swa_window"] = "swa_window"
     """The least the prefetch threshold can be: one page (`page`, SGLang 0.5.18-0.5.19), or in
     buffer_only mode with an SWA pool one full SWA window, `ceil(window / page)` pages
