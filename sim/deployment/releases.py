@@ -120,6 +120,28 @@ def _sidecar_read(release: str) -> Setting:
     )
 
 
+def _host_fraction(release: str) -> tuple[Setting, ...]:
+    """Host-memory auto-sizing: 0.5.21 on lowers the default ratio to fit the host."""
+    if release in ("0.5.18", "0.5.19", "0.5.20"):
+        return (
+            Setting(
+                "host.auto_size",
+                False,
+                f"no host-memory auto-sizing ({release} has no mem_cache/hicache_auto_size.py)",
+            ),
+        )
+    where = f"({release}: mem_cache/hicache_auto_size.py:auto_size_hicache)"
+    return (
+        Setting(
+            "host.auto_size",
+            True,
+            "with neither --hicache-ratio nor --hicache-size the ratio is lowered until the "
+            f"host pools fit {where}",
+        ),
+        Setting("host.memory_fraction", 0.8, f"`--hicache-host-memory-fraction` 0.8 {where}"),
+    )
+
+
 def _host_mode(release: str, args: str) -> Setting:
     return Setting("host.mode", "cache", f"`--hicache-host-memory-mode` ({release}: {args})")
 
@@ -266,6 +288,7 @@ _register(
             _short_span("0.5.18", "none"),
             _threshold_floor("0.5.18"),
             _sidecar_read("0.5.18"),
+            *_host_fraction("0.5.18"),
         ),
         buffer_only_pools=frozenset(),
         memory_tiers=TIERS_BEFORE_0_5_20,
@@ -285,6 +308,7 @@ _register(
             _short_span("0.5.19", "own_pages"),
             _threshold_floor("0.5.19"),
             _sidecar_read("0.5.19"),
+            *_host_fraction("0.5.19"),
             _anchor_cap(
                 "0.5.19",
                 0.0,
@@ -312,6 +336,7 @@ for _version in ("0.5.20", "0.5.21"):
                 _short_span(_version, "none"),
                 _threshold_floor(_version),
                 _sidecar_read(_version),
+                *_host_fraction(_version),
             ),
             buffer_only_pools=frozenset({"kv", "swa", "indexer"}),
             memory_tiers=TIERS_SINCE_0_5_20,
@@ -339,6 +364,7 @@ _register(
             _short_span("0.5.22", "none"),
             _threshold_floor("0.5.22"),
             _sidecar_read("0.5.22"),
+            *_host_fraction("0.5.22"),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba", "indexer"}),
         memory_tiers=TIERS_SINCE_0_5_20,
@@ -366,6 +392,7 @@ _register(
             _short_span("0.5.23", "none"),
             _threshold_floor("0.5.23"),
             _sidecar_read("0.5.23"),
+            *_host_fraction("0.5.23"),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba", "indexer"}),
         memory_tiers=TIERS_SINCE_0_5_20,

@@ -130,7 +130,15 @@ class HostSpec(Strict):
     without an SWA pool."""
     hicache_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1e3)] | None = None
     """SGLang's --hicache-ratio: null is its default, 2.0 in cache mode and 1.2 in buffer_only
-    mode. Used only to derive a `pages` the scenario leaves out."""
+    mode, lowered to fit the host's memory under `auto_size`. Used only to derive a `pages` the scenario leaves out."""
+    auto_size: bool = True
+    """SGLang 0.5.21 on (`false`: 0.5.18-0.5.20): with neither `hicache_ratio` nor `pages`
+    given, the default ratio is lowered until the host pools of the host's ranks fit
+    `memory_fraction` of its free memory; applied where `hardware.host_memory_gib` says how
+    much that is (docs/deployments.md, "Host memory auto-sizing")."""
+    memory_fraction: Annotated[float, Field(strict=True, gt=0.0, le=1.0)] = 0.8
+    """SGLang's --hicache-host-memory-fraction: the share of the host's free memory, after a
+    10 GiB reserve, that the host pools of all its ranks may take when auto-sizing."""
     pcie_gbps: Gbps = 50.0
     """Host-device bandwidth of the io path: a GPU profile gives the gather kernel's rate for
     `kernel` io and the bulk copy rate for `direct` io."""
@@ -357,6 +365,10 @@ class HardwareSpec(Strict):
     """Host-to-device rate of large copies (`direct` io)."""
     copy_overhead_us: CopyOverheadUs | None = None
     """Cost of one copy beyond its bytes (`direct` io)."""
+    host_memory_gib: Annotated[float, Field(strict=True, gt=0.0, le=2**20)] | None = None
+    """The host's available memory in GiB (what psutil reports as available, bounded by the
+    cgroup limit): with `host.memory_fraction` set it sizes the host pools as SGLang's
+    auto-sizing does, for `server.tp_size` ranks on the host."""
 
 
 MAX_PRICE_USD = 1e9
