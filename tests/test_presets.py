@@ -260,6 +260,50 @@ def test_a_kv_dtype_for_a_model_it_does_not_size_is_bad_input(preset: str | None
     assert "derived only for DeepSeek DSA presets" in err.value.message
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _LatentOnly(DeepSeekSparseAttention):
+    """DeepSeek-V3.2 with its KV latent only, without the indexer pool and `kv.replicated`,
+    so the dtype rule can be followed through a whole scenario."""
+
+    def pool_specs(self) -> dict[str, dict[str, int]]:
+        kv = super().pool_specs()["kv"]
+        return {"kv": {"bytes_per_token": kv["bytes_per_token"], "layers": kv["layers"]}}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "dtype", "kv_bytes"), [("b200", "fp8_e4m3", 35136), ("h200", "bf16", 70272)]
+)
+def test_the_resolved_configuration_cites_the_dsa_dtype_rule(
+    gpu: str, dtype: str, kv_bytes: int
+) -> None:
+    fields = {f.name: getattr(DSA, f.name) for f in dataclasses.fields(DSA)}
+    MODEL_PRESETS.register("latent-only", _LatentOnly(**fields))
+    try:
+        doc = make_doc(**{"hardware.gpu": gpu, "server.tp_size": 8})
+        doc["model"] = {"preset": "latent-only"}
+        doc["storage"]["pools"] = {"kv": {}}
+        doc.pop("device")
+        scenario = build_scenario(doc)
+        assert scenario.model.kv_cache_dtype == dtype
+        assert scenario.model.kv.bytes_per_token == kv_bytes
+        assert scenario.sources["model.kv_cache_dtype"].startswith(
+            f"derived: SGLang's DSA default on {gpu} (SM"
+        )
+        assert scenario.sources["model.kv.bytes_per_token"].startswith(
+            f"derived: preset latent-only in {dtype} on {gpu}"
+        )
+        assert scenario.sources["model.kv.layers"] == "preset latent-only"
+        assert {"model.kv_cache_dtype", "model.kv.bytes_per_token"} <= set(
+            scenario.sources.from_profiles()
+        )  # what `validate` prints
+        resolved = scenario_document(scenario)
+        assert resolved["model"]["kv_cache_dtype"] == dtype
+        assert build_scenario(resolved) == scenario
+        assert pickle.loads(pickle.dumps(scenario)) == scenario
+    finally:
+        MODEL_PRESETS.unregister("latent-only")
+
+
 def test_interleaved_puts_the_full_layer_last_in_each_group() -> None:
     assert interleaved(6, every=2) == ("sliding_attention", "full_attention") * 3
     assert interleaved(7, every=3).count("full_attention") == 2
