@@ -37,6 +37,7 @@ from sim.core.spec import (
 from sim.deployment.profiles import CUSTOM, SGLANG_RELEASES, unknown_release_message
 from sim.model.pools import DEFAULT_PAGE_SIZE, POOL_KINDS, KVPoolSpec, PoolSpec
 from sim.model.presets import MODEL_PRESETS
+from sim.model.presets_mla import KV_CACHE_DTYPES
 from sim.scenario.errors import nearest
 
 
@@ -77,6 +78,9 @@ class ModelSpec(Strict):
     kept in the resolved config as provenance."""
     page_size: Annotated[int, Field(strict=True, ge=1, le=2**16)] = DEFAULT_PAGE_SIZE
     kv: KVPoolSpec
+    kv_cache_dtype: Literal[KV_CACHE_DTYPES] | None = None  # type: ignore[valid-type]
+    """SGLang's `--kv-cache-dtype` for a DeepSeek DSA preset, which sizes its KV latent (null:
+    SGLang's default for `hardware.gpu`, filled in when the preset is one of those)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -87,11 +91,12 @@ class ModelSpec(Strict):
 
     @model_serializer(mode="wrap")
     def _without_absent_preset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A model without a preset dumps no `preset` key, so the resolved configs and sweep
-        task keys of such scenarios do not depend on presets."""
+        """A model without a preset (or a KV dtype) dumps no `preset` (`kv_cache_dtype`) key, so
+        the resolved configs and sweep task keys of such scenarios do not depend on them."""
         data: dict[str, Any] = handler(self)
-        if data.get("preset") is None:
-            data.pop("preset", None)
+        for key in ("preset", "kv_cache_dtype"):
+            if data.get(key) is None:
+                data.pop(key, None)
         return data
 
     def pool_spec(self, name: str) -> PoolSpec | None:
