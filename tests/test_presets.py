@@ -103,6 +103,11 @@ def preset_doc(name: str, **model: Any) -> dict[str, Any]:
     return doc
 
 
+def resolved(pool: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A derived spec as the resolved model lists it: KV says whether it is replicated."""
+    return {"replicated": False, **spec} if pool == "kv" else spec
+
+
 # ---------------------------------------------------------------- arithmetic
 
 
@@ -328,7 +333,7 @@ def test_a_preset_alone_gives_the_model_its_pools(name: str) -> None:
     assert scenario.model.preset == name
     assert scenario.model.pools == tuple(EXPECTED[name])
     for pool, spec in EXPECTED[name].items():
-        assert scenario.model.pool_spec(pool).model_dump(exclude_none=True) == spec  # type: ignore[union-attr]
+        assert scenario.model.pool_spec(pool).model_dump(exclude_none=True) == resolved(pool, spec)  # type: ignore[union-attr]
 
 
 def test_what_the_file_writes_overrides_a_derived_field_and_keeps_the_rest() -> None:
@@ -417,7 +422,7 @@ def test_the_resolved_config_round_trips_and_keeps_the_preset(name: str) -> None
     scenario = build_scenario(preset_doc(name, page_size=32))
     doc = scenario_document(scenario)
     assert doc["model"]["preset"] == name
-    assert doc["model"]["kv"] == EXPECTED[name]["kv"]
+    assert doc["model"]["kv"] == resolved("kv", EXPECTED[name]["kv"])
     assert build_scenario(doc) == scenario
     assert pickle.loads(pickle.dumps(scenario)) == scenario
 
@@ -425,7 +430,7 @@ def test_the_resolved_config_round_trips_and_keeps_the_preset(name: str) -> None
 def test_a_scenario_without_a_preset_resolves_as_before() -> None:
     doc = scenario_document(build_scenario(make_doc()))
     assert "preset" not in doc["model"]
-    assert list(doc["model"]) == ["page_size", "kv", "swa", "mamba"]
+    assert list(doc["model"]) == ["page_size", "kv", "swa", "mamba", "indexer"]
 
 
 def test_the_schema_lists_the_presets_and_lets_a_preset_stand_for_kv() -> None:
