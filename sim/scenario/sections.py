@@ -135,7 +135,8 @@ class HostSpec(Strict):
     without an SWA pool."""
     hicache_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1e3)] | None = None
     """SGLang's --hicache-ratio: null is its default, 2.0 in cache mode and 1.2 in buffer_only
-    mode, lowered to fit the host's memory under `auto_size`. Used only to derive a `pages` the scenario leaves out."""
+    mode, lowered to fit the host's memory under `auto_size`. Used only to derive a `pages`
+    the scenario leaves out."""
     auto_size: bool = True
     """SGLang 0.5.21 on (`false`: 0.5.18-0.5.20): with neither `hicache_ratio` nor `pages`
     given, the default ratio is lowered until the host pools of the host's ranks fit
