@@ -48,10 +48,12 @@ def points(node: Node, name: str) -> list[int]:
 
 
 def pool(name: str, tail_pages: int | None = None, object_bytes: int = 1) -> Pool:
-    """A pool description: KV (every page), SWA (a window of `tail_pages`), Mamba (one page)."""
+    """A pool description: KV and a sidecar (every page), SWA (a window of `tail_pages`),
+    Mamba (one page)."""
     if name == "mamba":
         tail_pages = 1
-    return Pool(POOL_KINDS[name], object_bytes, None if name == KV else tail_pages)
+    every_page = name == KV or POOL_KINDS[name].rides_on_kv
+    return Pool(POOL_KINDS[name], object_bytes, None if every_page else tail_pages)
 
 
 def layout(names: Iterable[str], window_pages: int = 2) -> dict[str, Pool]:

@@ -45,6 +45,28 @@ def test_h200_gpt_oss_120b_is_the_roofline_of_the_cited_figures() -> None:
     assert 35_000 < found.prefill_tokens_per_s < 35_300 and 21 < found.decode_ms_per_token < 22
 
 
+@pytest.mark.parametrize(("gpu", "latent_bytes"), [("b200", 576), ("h100", 1152)])
+def test_deepseek_v3_2_is_the_roofline_of_its_latent_and_its_indexer(
+    gpu: str, latent_bytes: int
+) -> None:
+    """By hand from DeepSeek-V3.2's config and model card: 37 B of 685 B parameters active;
+    128 heads meeting a 576-dim latent key (kv_lora_rank 512 + rope 64) and a 512-dim value
+    in at most index_topk 2,048 of the 8,192 tokens, in each of 61 layers; the indexer's
+    64 heads x 128 dims scoring all 8,192. A decode step at tp 8 reads an eighth of the
+    642 GiB checkpoint and, per request, 2,048 latents a layer (fp8 on a B200, bf16 on an
+    H100; whole on every rank) and 8,192 indexer keys of 132 bytes."""
+    flops = 2 * 37e9 + 2 * 128 * (576 + 512) * 61 * 2048 + 2 * 64 * 128 * 61 * 8192
+    weights = min(685e9, 32 * 37e9) * (642 * GIB / 685e9) / 8
+    kv = 32 * (61 * 2048 * latent_bytes + 61 * 8192 * 132)
+    found = roofline(gpu, "deepseek-v3.2", 8)
+    assert found is not None
+    assert found.prefill_flops_per_token == pytest.approx(flops)
+    assert found.decode_step_bytes == pytest.approx(weights + kv)
+    sixteen = roofline(gpu, "deepseek-v3.2", 16)
+    assert sixteen is not None
+    assert sixteen.decode_step_bytes == pytest.approx(weights / 2 + kv)
+
+
 def test_the_newcomer_scenario_derives_its_compute_and_says_from_what() -> None:
     scenario = build_scenario(deployment_doc())
     found = roofline("h200", "gpt-oss-120b", 1)

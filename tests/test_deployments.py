@@ -33,6 +33,7 @@ _SHARED: dict[str, Any] = {
     "prefetch.shrink": "page",
     "prefetch.short_span_aux": "none",
     "prefetch.threshold_floor": "swa_window",
+    "prefetch.sidecar_read": "with_kv_batch",
 }
 _KV_BELIEFS = {
     "existence_cache.beliefs": "kv",
@@ -54,6 +55,8 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
         **_SHARED,
         "heal": "none",
         "prefetch.threshold_floor": "page",
+        "prefetch.sidecar_read": "after_kv",
+        "host.auto_size": False,
         "prefetch.retry.max_attempts": 0,
         "prefetch.retry.interval_passes": 0,
     },
@@ -69,6 +72,7 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
         "prefetch.retry.head_exempt": False,
         "prefetch.retry.short_spans": True,
         "prefetch.retry.deadline_cancels": False,
+        "host.auto_size": False,
     },
     **{
         version: {
@@ -79,6 +83,11 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
             "host.anchor_lock_cap": 0.5,
             "prefetch.retry.short_spans": version == "0.5.20",
             "prefetch.retry.deadline_cancels": False,
+            **(
+                {"host.auto_size": True, "host.memory_fraction": 0.8}
+                if version == "0.5.21"
+                else {"host.auto_size": False}
+            ),
         }
         for version in ("0.5.20", "0.5.21")
     },
@@ -91,6 +100,8 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
             "prefetch.heal_after_deadline": heals,
             "prefetch.retry.short_spans": False,
             "prefetch.retry.deadline_cancels": not heals,
+            "host.auto_size": True,
+            "host.memory_fraction": 0.8,
         }
         for version, heals in (("0.5.22", True), ("0.5.23", False))
     },

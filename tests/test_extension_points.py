@@ -42,8 +42,9 @@ SMALL_DEVICE: dict[str, Any] = {
 # ---------------------------------------------------------------- a made-up pool kind
 
 
-class IndexerPoolSpec(PoolSpec):
-    """A pool that, like KV, needs every page of the span (a sparse-attention indexer cache)."""
+class BlockCachePoolSpec(PoolSpec):
+    """A pool that, like KV, needs every page of the span (a made-up block cache with slots
+    of its own)."""
 
     bytes_per_token: Bytes
 
@@ -52,55 +53,55 @@ class IndexerPoolSpec(PoolSpec):
 
 
 @pytest.fixture
-def indexer() -> Iterator[PoolKind]:
+def blockcache() -> Iterator[PoolKind]:
     kind = register_pool_kind(
-        PoolKind("indexer", IndexerPoolSpec, Residency.PAGE_VALUES, stream_id=9)
+        PoolKind("blockcache", BlockCachePoolSpec, Residency.PAGE_VALUES, stream_id=9)
     )
     try:
         yield kind
     finally:
-        POOL_KINDS.unregister("indexer")
+        POOL_KINDS.unregister("blockcache")
 
 
-def indexer_doc(**overrides: Any) -> dict[str, Any]:
+def blockcache_doc(**overrides: Any) -> dict[str, Any]:
     return make_doc(
         **SMALL_DEVICE,
         **{
-            "model.indexer": {"bytes_per_token": 128},
-            "device.indexer_pages": 300,
-            "storage.pools.indexer": {"put_fail_prob": 0.3},
+            "model.blockcache": {"bytes_per_token": 128},
+            "device.blockcache_pages": 300,
+            "storage.pools.blockcache": {"put_fail_prob": 0.3},
         },
         **overrides,
     )
 
 
-def test_a_pool_kind_registered_at_test_time_runs_through_a_scenario(indexer: PoolKind) -> None:
+def test_a_pool_kind_registered_at_test_time_runs_through_a_scenario(blockcache: PoolKind) -> None:
     """Schema, tree, storage, prefetch, backup, heal, tables and summary all pick it up."""
-    scenario = build_scenario(indexer_doc())
-    assert scenario.model.pools == ("kv", "swa", "indexer")
-    assert "indexer" in scenario_model().model_json_schema()["$defs"]["ModelSpec"]["properties"]
+    scenario = build_scenario(blockcache_doc())
+    assert scenario.model.pools == ("kv", "swa", "blockcache")
+    assert "blockcache" in scenario_model().model_json_schema()["$defs"]["ModelSpec"]["properties"]
     result = run(scenario)
     pf, wr, ts = (result.tables[t] for t in ("prefetches", "writes", "timeseries"))
-    assert {"indexer_keys", "indexer_hit_pages"} <= set(pf.columns)
-    assert {"indexer_keys", "indexer_failed"} <= set(wr.columns)
-    assert {"device_indexer_pages", "storage_indexer_bytes"} <= set(ts.columns)
+    assert {"blockcache_keys", "blockcache_hit_pages"} <= set(pf.columns)
+    assert {"blockcache_keys", "blockcache_failed"} <= set(wr.columns)
+    assert {"device_blockcache_pages", "storage_blockcache_bytes"} <= set(ts.columns)
     written = wr[wr["verdict"] == "write"]
-    assert (written["indexer_keys"] == written["pages"]).all(), "every page of a node is written"
-    assert written["indexer_failed"].sum() > 0
+    assert (written["blockcache_keys"] == written["pages"]).all(), "every page of a node is written"
+    assert written["blockcache_failed"].sum() > 0
     issued = pf[pf["outcome"].isin(["success", "discarded"])]
-    assert (issued["indexer_keys"].map(len) == issued["hit_pages"]).all()
-    assert result.summary["storage_indexer_put_inserts"] > 0
+    assert (issued["blockcache_keys"].map(len) == issued["hit_pages"]).all()
+    assert result.summary["storage_blockcache_put_inserts"] > 0
     assert result.summary["prefetch_discarded"] > 0
     assert result.summary["write_aux_failed_objects"] == int(
-        written["swa_failed"].sum() + written["indexer_failed"].sum()
+        written["swa_failed"].sum() + written["blockcache_failed"].sum()
     )
-    assert ts["storage_indexer_bytes"].iloc[-1] > 0
+    assert ts["storage_blockcache_bytes"].iloc[-1] > 0
 
 
-def test_a_heal_of_an_every_page_pool_drops_the_whole_span(indexer: PoolKind) -> None:
-    """An indexer transfer vouches for nothing before its keys, which are the whole span, so a
+def test_a_heal_of_an_every_page_pool_drops_the_whole_span(blockcache: PoolKind) -> None:
+    """An blockcache transfer vouches for nothing before its keys, which are the whole span, so a
     short one keeps nothing: `keep_pages` drops every belief of the hit."""
-    scenario = build_scenario(indexer_doc())
+    scenario = build_scenario(blockcache_doc())
     storage = Simulation(build_cluster(scenario)).storage
     span = tuple(range(1, 9))
     op = PrefetchOp(1, 0, span, 0.0, hit_pages=8, completed_pages=8)
@@ -110,26 +111,26 @@ def test_a_heal_of_an_every_page_pool_drops_the_whole_span(indexer: PoolKind) ->
     assert RULES["keep_pages"](DiscardView(op, 64, storage)) == list(span)
     result = run(scenario)
     pf = result.tables["prefetches"]
-    short = pf[(pf["outcome"] == "discarded") & (pf["indexer_hit_pages"] < pf["hit_pages"])]
+    short = pf[(pf["outcome"] == "discarded") & (pf["blockcache_hit_pages"] < pf["hit_pages"])]
     assert len(short) > 0 and (short["dropped_beliefs"] <= short["hit_pages"]).all()
 
 
-def test_an_unregistered_pool_kind_is_an_unknown_key(indexer: PoolKind) -> None:
-    doc = indexer_doc()
-    POOL_KINDS.unregister("indexer")
+def test_an_unregistered_pool_kind_is_an_unknown_key(blockcache: PoolKind) -> None:
+    doc = blockcache_doc()
+    POOL_KINDS.unregister("blockcache")
     try:
         with pytest.raises(ScenarioError) as err:
             build_scenario(doc)
-        assert "indexer" in str(err.value)
+        assert "blockcache" in str(err.value)
     finally:
-        POOL_KINDS.register("indexer", indexer)
+        POOL_KINDS.register("blockcache", blockcache)
 
 
 def test_a_pool_kind_needs_its_own_stream() -> None:
     with pytest.raises(ValueError, match="stream_id 2 is taken"):
-        register_pool_kind(PoolKind("other", IndexerPoolSpec, Residency.PAGE_VALUES, 2))
+        register_pool_kind(PoolKind("other", BlockCachePoolSpec, Residency.PAGE_VALUES, 2))
     with pytest.raises(ValueError, match="stream_id 4 is taken"):
-        register_pool_kind(PoolKind("other", IndexerPoolSpec, Residency.PAGE_VALUES, 4))
+        register_pool_kind(PoolKind("other", BlockCachePoolSpec, Residency.PAGE_VALUES, 4))
     assert "other" not in POOL_KINDS
 
 
@@ -250,7 +251,7 @@ def test_one_pool_s_evictions_never_move_another_pool_s() -> None:
 @pytest.mark.parametrize("name", ["page_size", "pools", "Idx", "two_words", "copy", ""])
 def test_a_pool_kind_name_must_be_usable_as_a_key(name: str) -> None:
     with pytest.raises(ValueError, match="a name is lower-case"):
-        PoolKind(name, IndexerPoolSpec, Residency.PAGE_VALUES, stream_id=9)
+        PoolKind(name, BlockCachePoolSpec, Residency.PAGE_VALUES, stream_id=9)
 
 
 def test_scenario_validates_against_the_registries_too() -> None:

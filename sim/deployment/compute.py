@@ -8,8 +8,10 @@ parameter count, a calibrated utilization) or chosen, and says which (docs/compu
 
 - prefill is compute-bound: a recomputed token costs 2 x the model's active parameters in
   matmul FLOPs, plus 4 x heads x head_dim FLOPs per attended token in every attention layer
-  (QK^T and AV; a sliding-window layer attends at most its window). The GPU runs them at its
-  peak dense BF16 rate times a model-FLOPs utilization (MFU), split over `tp` ranks;
+  (QK^T and AV; a sliding-window layer attends at most its window; an MLA layer attends over
+  its latent, keys of kv_lora_rank + rope dims and values of kv_lora_rank, and a DSA layer at
+  most its top-k tokens, plus its indexer scoring every token). The GPU runs them at its peak
+  dense BF16 rate times a model-FLOPs utilization (MFU), split over `tp` ranks;
 - decode is bandwidth-bound: one step of a batch of `DECODE_BATCH` requests reads the weights
   that batch touches and every request's KV cache, at the HBM bandwidth times an efficiency;
   every request of the batch gets one token a step, so the step time is the time per token.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.core.registry import Registry
+from sim.deployment.hardware import GPUS
 from sim.model.presets import (
     MODEL_PRESETS,
     GatedDeltaNetHybrid,
@@ -31,6 +34,7 @@ from sim.model.presets import (
     SlidingWindowHybrid,
     kv_heads_per_rank,
 )
+from sim.model.presets_mla import HOPPER_SM, DeepSeekSparseAttention
 
 ATTENDED_TOKENS = 8192
 """Chosen: the context a recomputed prompt token attends to in a full-attention layer (a token
@@ -40,7 +44,8 @@ DECODE_BATCH = 32
 """Chosen: the requests one decode step serves (the batch of LMSYS's high-throughput gpt-oss
 benchmark). The engine decodes each request on its own timer, so the roofline needs one batch."""
 BF16_KV_BYTES = 2
-"""Every preset keeps its KV cache in bf16 (`sim.model.presets`)."""
+"""The presets of `sim.model.presets` keep their KV cache in bf16; a DSA preset's latent takes
+what SGLang's default dtype for the GPU gives (`sim.model.presets_mla`)."""
 DECODE_CONTEXT_TOKENS = 8192
 """Chosen: the tokens of KV each decoding request reads a step (full-attention layers; a
 sliding-window layer reads at most its window)."""
@@ -161,6 +166,16 @@ MODEL_COMPUTE.register(
     "nemotron-h-56b",
     ModelCompute(56e9, 56e9, 64, "NVIDIA's model card: 56 B, dense; 64 heads"),
 )
+MODEL_COMPUTE.register(
+    "deepseek-v3.2",
+    ModelCompute(
+        685e9,
+        37e9,
+        128,
+        "DeepSeek's model cards: 685 B total (671 B and a 14 B multi-token-prediction layer), "
+        "37 B activated; 128 heads",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -170,12 +185,38 @@ class AttentionShape:
     full_layers: int
     sliding_layers: int
     head_dim: int
+    """Dims a query and a key meet in (MLA: the latent's kv_lora_rank + rope dims)."""
     window_tokens: int
+    value_dim: int | None = None
+    """Dims of a value (None: head_dim; MLA: the latent's kv_lora_rank)."""
+    topk_tokens: int = 0
+    """DSA: the tokens a query attends after the indexer's selection (0: every token)."""
+    indexer_dim: int = 0
+    """DSA: the indexer's query heads x head dim, scoring every token of the context."""
+    latent_bytes: int = 0
+    """MLA: one token's latent in one layer, which every rank holds whole (0: K and V heads,
+    split over the ranks)."""
+    indexer_bytes: int = 0
+    """DSA: one token's indexer key in one layer."""
 
 
-def attention_shape(preset: ModelPreset) -> AttentionShape:
+def attention_shape(preset: ModelPreset, sm_major: int = HOPPER_SM) -> AttentionShape:
     """Linear-attention and Mamba layers carry a fixed state whose cost the active parameters
-    already count; only softmax attention grows with the context."""
+    already count; only softmax attention grows with the context. A DSA latent's bytes are
+    those of SGLang's default KV dtype on a GPU of compute capability `sm_major`."""
+    if isinstance(preset, DeepSeekSparseAttention):
+        dtype = preset.default_kv_cache_dtype(sm_major)
+        return AttentionShape(
+            preset.num_hidden_layers,
+            0,
+            preset.kv_lora_rank + preset.qk_rope_head_dim,
+            0,
+            value_dim=preset.kv_lora_rank,
+            topk_tokens=preset.index_topk,
+            indexer_dim=preset.index_n_heads * preset.index_head_dim,
+            latent_bytes=preset.kv_bytes_per_token_per_layer(dtype, sm_major),
+            indexer_bytes=preset.indexer_bytes_per_token_per_layer(),
+        )
     if isinstance(preset, SlidingWindowHybrid):
         return AttentionShape(
             preset.full_attention_layers,
@@ -225,14 +266,23 @@ class Roofline:
         )
 
 
-def prefill_flops_per_token(model: ModelCompute, shape: AttentionShape) -> float:
-    """Matmuls (2 FLOPs per active parameter) and attention (QK^T and AV: 4 FLOPs per head
-    dimension per attended token, every head of every attention layer)."""
-    per_attended = 4 * model.attention_heads * shape.head_dim
-    attended = shape.full_layers * ATTENDED_TOKENS + shape.sliding_layers * min(
-        shape.window_tokens, ATTENDED_TOKENS
+def _attended(shape: AttentionShape, context_tokens: int) -> int:
+    """Tokens attended over all attention layers at this context: a full layer all of them
+    (a DSA layer at most its top-k), a sliding layer at most its window."""
+    full = min(shape.topk_tokens, context_tokens) if shape.topk_tokens else context_tokens
+    return shape.full_layers * full + shape.sliding_layers * min(
+        shape.window_tokens, context_tokens
     )
-    return 2 * model.active_parameters + per_attended * attended
+
+
+def prefill_flops_per_token(model: ModelCompute, shape: AttentionShape) -> float:
+    """Matmuls (2 FLOPs per active parameter) and attention (QK^T and AV: 2 FLOPs per key and
+    per value dimension per attended token, every head of every attention layer), plus a DSA
+    indexer's QK^T over the whole context (charged at the BF16 rate, though it runs in fp8)."""
+    value_dim = shape.value_dim or shape.head_dim
+    per_attended = 2 * model.attention_heads * (shape.head_dim + value_dim)
+    indexer = 2 * shape.indexer_dim * shape.full_layers * ATTENDED_TOKENS
+    return 2 * model.active_parameters + per_attended * _attended(shape, ATTENDED_TOKENS) + indexer
 
 
 def decode_step_bytes(
@@ -245,17 +295,17 @@ def decode_step_bytes(
     """One rank's reads in a decode step: the weights the batch touches (every weight of a
     dense model; for a mixture of experts at most the batch's active weights, and never more
     than all of them) and each request's KV over `DECODE_CONTEXT_TOKENS` (a sliding layer only
-    its window). Weights, at the checkpoint's precision, split evenly over ranks; KV heads as
-    SGLang splits them (the same per-rank heads the preset's pool specs hold)."""
+    its window; a DSA layer its top-k tokens' latents and every token's indexer key). Weights,
+    at the checkpoint's precision, split evenly over ranks; KV heads as SGLang splits them (the
+    same per-rank heads the preset's pool specs hold); an MLA latent is not split."""
     weight_bytes = preset.checkpoint(weights_dtype).weight_bytes
     bytes_per_parameter = weight_bytes / model.total_parameters
     touched = min(model.total_parameters, DECODE_BATCH * model.active_parameters)
     heads = kv_heads_per_rank(preset.num_key_value_heads, tp)
-    kv_per_token_layer = 2 * heads * shape.head_dim * BF16_KV_BYTES
-    kv_tokens = shape.full_layers * DECODE_CONTEXT_TOKENS + shape.sliding_layers * min(
-        shape.window_tokens, DECODE_CONTEXT_TOKENS
-    )
-    return touched * bytes_per_parameter / tp + DECODE_BATCH * kv_tokens * kv_per_token_layer
+    kv_per_token_layer = shape.latent_bytes or 2 * heads * shape.head_dim * BF16_KV_BYTES
+    kv = _attended(shape, DECODE_CONTEXT_TOKENS) * kv_per_token_layer
+    indexer = shape.full_layers * DECODE_CONTEXT_TOKENS * shape.indexer_bytes
+    return touched * bytes_per_parameter / tp + DECODE_BATCH * (kv + indexer)
 
 
 def roofline(
@@ -269,7 +319,8 @@ def roofline(
         return None
     if weights_dtype not in (None, *preset.checkpoints):
         return None
-    shape = attention_shape(preset)
+    gpu_profile = GPUS.get(gpu)
+    shape = attention_shape(preset, gpu_profile.sm_major if gpu_profile else HOPPER_SM)
     flops = prefill_flops_per_token(model, shape)
     prefill = tp * peaks.bf16_dense_tflops * 1e12 * peaks.prefill_mfu / flops
     step_bytes = decode_step_bytes(preset, model, shape, tp, weights_dtype)
@@ -323,6 +374,10 @@ def model_table() -> str:
         shape = attention_shape(MODEL_PRESETS[name])
         flops = prefill_flops_per_token(model, shape)
         window = f", {shape.window_tokens:,}" if shape.sliding_layers else ""
+        if shape.value_dim:
+            window += f" (MLA: values of {shape.value_dim})"
+        if shape.topk_tokens:
+            window += f", top {shape.topk_tokens:,} (DSA)"
         total, active = model.total_parameters / 1e9, model.active_parameters / 1e9
         lines.append(
             f"| `{name}` | {total:g} B | {active:g} B | {model.attention_heads} "

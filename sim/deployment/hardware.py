@@ -110,6 +110,9 @@ class GpuProfile:
     link_scale: float
     """The link bandwidths are the samples' times this (PCIe generation against the H200)."""
     link_source: str
+    sm_major: int
+    """The compute capability's major version (9: Hopper, 10: Blackwell), which SGLang reads to
+    pick defaults such as a DeepSeek DSA model's KV dtype."""
 
     @property
     def label(self) -> str:
@@ -139,11 +142,12 @@ GPUS.register(
         H200_LINK,
         1.0,
         f"{_GEN5} (same link generation, not measured on an H100)",
+        9,
     ),
 )
 GPUS.register(
     "h200",
-    GpuProfile("h200", 143771, "nvidia-smi `memory.total` of an H200", H200_LINK, 1.0, _GEN5),
+    GpuProfile("h200", 143771, "nvidia-smi `memory.total` of an H200", H200_LINK, 1.0, _GEN5, 9),
 )
 GPUS.register(
     "b200",
@@ -155,17 +159,18 @@ GPUS.register(
         1.0,
         "PCIe Gen5 x16 to the host in HGX/DGX B200 (the chip supports Gen6): the H200's "
         "figures (not measured on a B200)",
+        10,
     ),
 )
 GPUS.register(
     "a100-80g",
     GpuProfile(
-        "a100-80g", 81920, "nvidia-smi `memory.total` of an A100 80GB", H200_LINK, 0.5, _GEN4
+        "a100-80g", 81920, "nvidia-smi `memory.total` of an A100 80GB", H200_LINK, 0.5, _GEN4, 8
     ),
 )
 GPUS.register(
     "l40s",
-    GpuProfile("l40s", 46068, "nvidia-smi `memory.total` of an L40S", H200_LINK, 0.5, _GEN4),
+    GpuProfile("l40s", 46068, "nvidia-smi `memory.total` of an L40S", H200_LINK, 0.5, _GEN4, 8),
 )
 
 

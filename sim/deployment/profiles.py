@@ -21,6 +21,7 @@ from difflib import get_close_matches
 from typing import Any
 
 from sim.core.registry import Registry
+from sim.model.pools import POOL_KINDS
 
 CUSTOM = "custom"
 """The name that selects no profile: the scenario's own keys and the schema defaults only."""
@@ -176,11 +177,20 @@ def refusals(
         return
     allowing = _first_release(lambda other: set(refused) <= other.buffer_only_pools)
     later = f"; allowed from {allowing}" if allowing else ""
+    if all(POOL_KINDS[pool].rides_on_kv for pool in refused):
+        why = (
+            "validate_buffer_only_stack: '--hicache-host-memory-mode buffer_only does not "
+            "support sidecar storage pools'"
+        )
+    else:
+        why = (
+            "init_hicache: '--hicache-host-memory-mode buffer_only supports only FULL/SWA "
+            "unified trees'"
+        )
     yield (
         "host.mode",
         f"SGLang {release.name} refuses buffer_only host memory with a {', '.join(refused)} "
-        "pool (init_hicache: '--hicache-host-memory-mode buffer_only supports only FULL/SWA "
-        f"unified trees'){later}",
+        f"pool ({why}){later}",
     )
 
 

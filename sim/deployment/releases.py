@@ -101,6 +101,47 @@ def _threshold_floor(release: str) -> Setting:
     )
 
 
+def _sidecar_read(release: str) -> Setting:
+    """When a KV-derived sidecar (the DSA indexer) is read, and how its shortfall clamps."""
+    if release == "0.5.18":
+        return Setting(
+            "prefetch.sidecar_read",
+            "after_kv",
+            "sidecars read once KV completed (0.5.18: mem_cache/hybrid_cache/"
+            "hybrid_cache_controller.py:HybridCacheController._page_transfer), the usable "
+            f"prefix clamped to their runs (0.5.18: {_TREE}._sync_and_check_hybrid_prefetch_"
+            "result)",
+        )
+    return Setting(
+        "prefetch.sidecar_read",
+        "with_kv_batch",
+        "each KV batch also reads its sidecar pages, the batch's hit the shorter run "
+        f"({release}: managers/cache_controller.py:HiCacheController._page_transfer_kv_batch)",
+    )
+
+
+def _host_fraction(release: str) -> tuple[Setting, ...]:
+    """Host-memory auto-sizing: 0.5.21 on lowers the default ratio to fit the host."""
+    if release in ("0.5.18", "0.5.19", "0.5.20"):
+        return (
+            Setting(
+                "host.auto_size",
+                False,
+                f"no host-memory auto-sizing ({release} has no mem_cache/hicache_auto_size.py)",
+            ),
+        )
+    where = f"({release}: mem_cache/hicache_auto_size.py:auto_size_hicache)"
+    return (
+        Setting(
+            "host.auto_size",
+            True,
+            "with neither --hicache-ratio nor --hicache-size the ratio is lowered until the "
+            f"host pools fit {where}",
+        ),
+        Setting("host.memory_fraction", 0.8, f"`--hicache-host-memory-fraction` 0.8 {where}"),
+    )
+
+
 def _host_mode(release: str, args: str) -> Setting:
     return Setting("host.mode", "cache", f"`--hicache-host-memory-mode` ({release}: {args})")
 
@@ -246,6 +287,8 @@ _register(
             *_retries("0.5.18", 0, 0, "no retry arguments in server_args.py"),
             _short_span("0.5.18", "none"),
             _threshold_floor("0.5.18"),
+            _sidecar_read("0.5.18"),
+            *_host_fraction("0.5.18"),
         ),
         buffer_only_pools=frozenset(),
         memory_tiers=TIERS_BEFORE_0_5_20,
@@ -264,6 +307,8 @@ _register(
             *_retry_rules("0.5.19"),
             _short_span("0.5.19", "own_pages"),
             _threshold_floor("0.5.19"),
+            _sidecar_read("0.5.19"),
+            *_host_fraction("0.5.19"),
             _anchor_cap(
                 "0.5.19",
                 0.0,
@@ -290,8 +335,10 @@ for _version in ("0.5.20", "0.5.21"):
                 _anchor_cap(_version, 0.5, _PINS_ON),
                 _short_span(_version, "none"),
                 _threshold_floor(_version),
+                _sidecar_read(_version),
+                *_host_fraction(_version),
             ),
-            buffer_only_pools=frozenset({"kv", "swa"}),
+            buffer_only_pools=frozenset({"kv", "swa", "indexer"}),
             memory_tiers=TIERS_SINCE_0_5_20,
         )
     )
@@ -316,8 +363,10 @@ _register(
             _anchor_cap("0.5.22", 0.5, _PINS_ON),
             _short_span("0.5.22", "none"),
             _threshold_floor("0.5.22"),
+            _sidecar_read("0.5.22"),
+            *_host_fraction("0.5.22"),
         ),
-        buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
+        buffer_only_pools=frozenset({"kv", "swa", "mamba", "indexer"}),
         memory_tiers=TIERS_SINCE_0_5_20,
     )
 )
@@ -342,8 +391,10 @@ _register(
             _anchor_cap("0.5.23", 0.5, _PINS_ON),
             _short_span("0.5.23", "none"),
             _threshold_floor("0.5.23"),
+            _sidecar_read("0.5.23"),
+            *_host_fraction("0.5.23"),
         ),
-        buffer_only_pools=frozenset({"kv", "swa", "mamba"}),
+        buffer_only_pools=frozenset({"kv", "swa", "mamba", "indexer"}),
         memory_tiers=TIERS_SINCE_0_5_20,
     ),
     LATEST,

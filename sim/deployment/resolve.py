@@ -23,6 +23,7 @@ from sim.core.spec import KeyedError, ScenarioError
 from sim.deployment.compute import roofline
 from sim.deployment.fitting import ServerMemory, what_fits
 from sim.deployment.hardware import GPUS, gpu_named, read_calibration
+from sim.deployment.host_sizing import NoHostMemory, auto_ratio
 from sim.deployment.profiles import ChunkTier, backend_of, release_of
 from sim.deployment.releases import TIERS_SINCE_0_5_20
 from sim.deployment.sizing import (
@@ -32,6 +33,7 @@ from sim.deployment.sizing import (
     host_pages,
     rank_model,
 )
+from sim.model.pools import POOL_KINDS
 from sim.model.presets import MODEL_PRESETS
 
 USER = "user"
@@ -220,16 +222,70 @@ class Derivation:
                 problems.append(exc)
         kv_pages = self.value("device.kv_pages")
         if not has(self.doc, "host.pages") and _number(kv_pages):
-            ratio = self.value("host.hicache_ratio")
-            if not _number(ratio):
-                ratio = hicache_ratio_default(str(self.value("host.mode")))
+            try:
+                ratio, note = self.host_ratio(kv_pages)
+            except NoHostMemory as exc:
+                problems.append(KeyedError("hardware.host_memory_gib", str(exc)))
+                return problems
             self.fill(
                 "host.pages",
                 host_pages(kv_pages, self.page_size, ratio),
-                f"host pool = {ratio:g} x the device KV pool (--hicache-ratio)",
+                f"host pool = {ratio:g} x the device KV pool (--hicache-ratio){note}",
             )
         self.host_swa_pool()
         return problems
+
+    def host_ratio(self, kv_pages: int) -> tuple[float, str]:
+        """`--hicache-ratio` as the server runs with it, and a note for its source: the one
+        written; else the mode's default, lowered to fit the host's memory where the release
+        auto-sizes (`host.auto_size`) and the scenario says how much the host has
+        (`hardware.host_memory_gib`), where it fills `host.hicache_ratio` and says why."""
+        ratio = self.value("host.hicache_ratio")
+        if _number(ratio):
+            return ratio, ""
+        ratio = hicache_ratio_default(str(self.value("host.mode")))
+        fraction, host_gib = (
+            self.value("host.memory_fraction"),
+            self.value("hardware.host_memory_gib"),
+        )
+        if self.value("host.auto_size") is not True or not _number(fraction):
+            return ratio, ""
+        if not _number(host_gib):
+            return ratio, (
+                "; this release lowers the ratio until the host pools fit the host's memory: "
+                "give hardware.host_memory_gib to apply its rule"
+            )
+        ranks = self.value("server.tp_size")
+        found = auto_ratio(
+            requested=ratio,
+            host_memory_gib=host_gib,
+            ranks_per_host=ranks if _number(ranks) else 1,
+            fraction=fraction,
+            device_bytes=self.device_pool_bytes(kv_pages),
+        )
+        self.fill("host.hicache_ratio", round(found.ratio, 6), found.why(host_gib, ranks, fraction))
+        return round(found.ratio, 6), ""
+
+    def kv_cell_bytes(self) -> int:
+        """A KV token's device bytes: KV's and those of the sidecars riding on its slots (a
+        DSA pool's cell holds the latent and the index keys)."""
+        return sum(
+            self.pool_value(pool, "bytes_per_token") or 0
+            for pool in POOL_KINDS
+            if pool == "kv" or POOL_KINDS[pool].rides_on_kv
+        )
+
+    def device_pool_bytes(self, kv_pages: int) -> float:
+        """One rank's device pools the host pools mirror: KV with its sidecars, SWA, and the
+        Mamba states with their padding slot (`_estimate_hicache_bytes`)."""
+        total = kv_pages * self.page_size * self.kv_cell_bytes()
+        swa_pages, swa = self.value("device.swa_pages"), self.pool_value("swa", "bytes_per_token")
+        if _number(swa_pages) and swa is not None:
+            total += swa_pages * self.page_size * swa
+        slots, state = self.value("device.mamba_slots"), self.pool_value("mamba", "state_bytes")
+        if _number(slots) and state is not None:
+            total += (slots + 1) * state
+        return float(total)
 
     def compute_speed(self) -> None:
         """Prefill and decode speed from the roofline of the named GPU running the preset
@@ -366,7 +422,7 @@ class Derivation:
         rank = rank_model(
             tp_size=tp,
             weight_bytes=checkpoint.weight_bytes,
-            kv_bytes_per_token=self.pool_value("kv", "bytes_per_token"),
+            kv_bytes_per_token=self.kv_cell_bytes(),
             swa_bytes_per_token=self.pool_value("swa", "bytes_per_token"),
             mamba_state_bytes=self.pool_value("mamba", "state_bytes"),
         )

@@ -125,7 +125,14 @@ def summary_keys(pools: Iterable[str]) -> frozenset[str]:
 
 
 def _aux_pool_keys(kind: PoolKind) -> tuple[str, ...]:
-    """The summary keys an aux pool of this kind adds."""
+    """The summary keys an aux pool of this kind adds (a sidecar has no device slots of its
+    own; it counts the prefetches its shortfalls clamped instead)."""
+    if kind.rides_on_kv:
+        return (
+            f"written_{kind.name}_objects",
+            f"prefetch_{kind.name}_clamps",
+            f"prefetch_{kind.name}_clamped_tokens",
+        )
     return (
         device_dropped_key(kind.name, kind.residency),
         device_freed_key(kind.name),
@@ -263,6 +270,8 @@ def summarize(
     }
     for kind in aux_pools:
         summary[f"written_{kind.name}_objects"] = int(written[f"{kind.name}_keys"].sum())
+        if kind.rides_on_kv:
+            continue
         units = ts[f"device_{kind.name}_{kind.residency.unit}"]
         scale = page_size if kind.residency.per_page else 1
         summary[device_resident_key(kind.name, kind.residency)] = (

@@ -119,7 +119,7 @@ class PrefetchIO(ServerBase):
         if outcome is not None:
             self._missed(job, op, outcome)
             return
-        kv_bytes = self.storage.kv.page_bytes
+        kv_bytes = prefetcher.batch_page_bytes
         for batch in prefetcher.kv_batches(op):
             if self.io_halted_s is not None:
                 break
@@ -127,7 +127,8 @@ class PrefetchIO(ServerBase):
             if op.terminated or self.io_halted_s is not None:
                 break
             complete = prefetcher.read_kv(op, batch, env.now)
-            self._halt_if_raised(KV)
+            for pool in (KV, *op.riders):
+                self._halt_if_raised(pool)
             if not complete:
                 break
         for transfer in prefetcher.aux_reads(op):

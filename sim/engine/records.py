@@ -207,6 +207,8 @@ class Records:
     def __init__(self, pools: Sequence[Pool]) -> None:
         aux = [pool for pool in pools if pool.name != KV]
         self.aux = [pool.name for pool in aux]
+        self.device_aux = [pool.name for pool in aux if not pool.rides_on_kv]
+        """The aux pools with device slots of their own (a sidecar rides on KV's)."""
         self.pools = [pool.name for pool in pools]
         self.requests = Table(RequestRecord)
         self.prefetches = Table(
@@ -219,7 +221,7 @@ class Records:
         )
         self.timeseries = Table(
             Sample,
-            [(f"device_{p.name}_{p.residency.unit}", int) for p in aux]
+            [(f"device_{p.name}_{p.residency.unit}", int) for p in aux if not p.rides_on_kv]
             + [(f"storage_{p.name}_bytes", int) for p in pools],
         )
 
@@ -257,7 +259,7 @@ class Records:
         self.timeseries.append(
             (
                 *sample,
-                *(device_units[name] for name in self.aux),
+                *(device_units[name] for name in self.device_aux),
                 *(stored_bytes[name] for name in self.pools),
             )
         )

@@ -42,6 +42,11 @@ class Server(Scheduler):
             "hit_query_dropped_beliefs": self.prefetcher.hit_query_dropped_beliefs,
             "prefetch_shrunk": self.prefetcher.shrunk_prefetches,
             "storage_io_halts": int(self.io_halted_s is not None),
+            **{f"prefetch_{name}_clamps": n for name, n in self.prefetcher.clamps.items()},
+            **{
+                f"prefetch_{name}_clamped_tokens": pages * self.model.page_size
+                for name, pages in self.prefetcher.clamped_pages.items()
+            },
             **self.tree.counters(),
         }
 
@@ -90,6 +95,6 @@ class Server(Scheduler):
         )
         self.records.add_sample(
             sample,
-            {pool.name: tree.used(pool.name) for pool in self.storage.aux},
+            {pool.name: tree.used(pool.name) for pool in self.storage.tail_keyed},
             {name: store.stored_bytes for name, store in stores.items()},
         )

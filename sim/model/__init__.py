@@ -2,3 +2,5 @@
 
 Every class here can be driven directly from a unit test; the engine only adds time and order.
 """
+
+from sim.model import presets_mla  # noqa: F401  (importing it registers its presets)

@@ -155,12 +155,15 @@ def aux_backup_keys(
     kept (SWA: the window before it, which may reach into the parent, as SGLang splits the tree
     where a window starts; Mamba: the state keyed by the point's last page). A node's end never
     moves (a split keeps the lower half), so `pages`, snapshotted at the offer, start at
-    `node.end - len(pages)`.
+    `node.end - len(pages)`. A sidecar rides on the KV pages: it writes one object per page.
     """
     resident = node.resident_aux
     start = node.end - len(pages)
     keys: dict[str, tuple[int, ...]] = {}
     for pool in aux:
+        if pool.rides_on_kv:
+            keys[pool.name] = tuple(pages)
+            continue
         if pool.name not in resident:
             continue
         points = resident[pool.name]

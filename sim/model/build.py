@@ -259,7 +259,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
     pools = dict(storage.layout)
     page_size = scenario.model.page_size
     buffer_only = scenario.host.mode == "buffer_only"
-    aux = [pool for name, pool in pools.items() if name != KV]
+    aux = [pool for name, pool in pools.items() if name != KV and not pool.rides_on_kv]
     tree = RadixTree(
         kv_pages=scenario.device.kv_pages,
         aux={
@@ -331,6 +331,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         shrink=prefetch.shrink,
         short_span_own_pages=prefetch.short_span_aux == "own_pages",
         heal_after_deadline=prefetch.heal_after_deadline,
+        sidecar_read=prefetch.sidecar_read,
     )
     copies = {name: scenario.model.pool_spec(name).host_copies() for name in pools}  # type: ignore[union-attr]
     timing = Timing(
@@ -373,10 +374,19 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
     )
 
 
+def storage_ranks(scenario: Scenario, pool: Pool) -> int:
+    """How many tensor-parallel ranks store their own shard of this pool's objects: every
+    rank, unless the KV is replicated (MLA), when rank 0 writes the one copy of KV and of every
+    pool but Mamba's sharded states (0.5.23: mem_cache/hybrid_cache/hybrid_cache_controller.py:
+    HybridCacheController.should_backup)."""
+    replicated = scenario.model.kv.replicated and pool.kind.residency.per_page
+    return 1 if replicated else scenario.server.tp_size
+
+
 def _storage_pool(scenario: Scenario, pool: Pool) -> StoragePool:
     spec = scenario.storage_pool(pool.name)
     size = pool.object_bytes
-    ranks = scenario.server.tp_size
+    ranks = storage_ranks(scenario, pool)
     capacity = None if spec.capacity_gb is None else int(spec.capacity_gb * GB // (size * ranks))
     return StoragePool(
         pool.name,

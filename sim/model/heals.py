@@ -21,8 +21,9 @@ PoolDrops = Mapping[str, Sequence[int]]
 
 
 def served_drops(op: PrefetchOp) -> dict[str, list[int]]:
-    """Each pool past what it served (SGLang 0.5.22 on, `heal_from_transfer`): KV past the
-    pages it completed, each aux pool past the leading keys of its transfer it got.
+    """Each pool past what it served (SGLang 0.5.22 on, `heal_from_transfer`): KV and the
+    sidecars read with it past the pages it completed, each aux pool past the leading keys of
+    its transfer it got.
 
     An aux transfer that was never read (KV fell short, or the op was stopped first) served
     none of its keys, so all of them are dropped; a pool that formed no transfer (keys None)
@@ -32,6 +33,8 @@ def served_drops(op: PrefetchOp) -> dict[str, list[int]]:
     drops: dict[str, list[int]] = {}
     if op.completed_pages < len(span):
         drops[KV] = list(span[op.completed_pages :])
+        for name in op.riders:
+            drops[name] = list(span[op.completed_pages :])
     for t in op.aux:
         if t.keys is not None and t.hit_pages < len(t.keys):
             drops[t.pool] = list(t.keys[t.hit_pages :])

@@ -46,6 +46,10 @@ class PrefetchOp:
     hit_pages: int = 0
     completed_pages: int = 0
     aux: list[AuxTransfer] = field(default_factory=list)
+    riders: tuple[str, ...] = ()
+    """The sidecar pools read beside each KV batch, their runs clamping `completed_pages`."""
+    clamped_by: str | None = None
+    """The first sidecar whose shortfall cut the usable prefix below what KV served."""
     terminated: bool = False
     done: bool = False
     kv_read_pages: int = 0

@@ -8,6 +8,11 @@ the kinds a model has, so adding a kind is one spec class and one `register_pool
 Aux pools are tail-keyed: to resume at endpoint E a pool needs the objects of pages
 [E - n, E) of the span, n = min(tail pages, E) (SWA: the window; Mamba: one state at E;
 a kind with no bound, like KV, needs every page).
+
+A sidecar (SGLang's KV-derived pools with `PoolHitPolicy.ALL_PAGES`, DeepSeek's DSA indexer
+cache) needs every page too, but owns no slots: its state sits beside each KV page on the device
+and on the host (`indices_from_pool=KV`), so it has no device or host capacity of its own, is
+read with every KV batch, and a shortfall clamps the KV hit instead of discarding the prefetch.
 """
 
 from __future__ import annotations
@@ -91,6 +96,10 @@ SWA window every N tokens in open PR #27557): a multiple of the page size, or nu
 
 class KVPoolSpec(PoolSpec):
     bytes_per_token: Bytes
+    replicated: bool = False
+    """Every tensor-parallel rank holds the same KV (MLA's shared latent), so storage keeps
+    one copy of a page, written by rank 0, and so do the sidecars riding on it (SGLang's
+    `backup_skip` on the other ranks; only Mamba states stay sharded)."""
 
     def object_bytes(self, page_size: int) -> int:
         return page_size * self.bytes_per_token
@@ -107,6 +116,16 @@ class SWAPoolSpec(PoolSpec):
     def tail_pages(self, page_size: int) -> int:
         """A request resuming at a page boundary needs ceil(window / page) pages of history."""
         return math.ceil(self.window_tokens / page_size)
+
+
+class SidecarPoolSpec(PoolSpec):
+    """A KV-derived ALL_PAGES sidecar: one object per KV page, `bytes_per_token` over its
+    layers (DSA: `dsa_indexer_bytes_per_token_per_layer` x layers)."""
+
+    bytes_per_token: Bytes
+
+    def object_bytes(self, page_size: int) -> int:
+        return page_size * self.bytes_per_token
 
 
 class MambaPoolSpec(PoolSpec):
@@ -133,6 +152,10 @@ class PoolKind:
     stages_on_host: bool = False
     """In buffer_only mode its prefetch windows and write tails take host staging of their own
     (`host.<name>_pages`; SGLang's SWA host pool)."""
+    rides_on_kv: bool = False
+    """A KV-derived sidecar: its state shares the KV pages' device and host slots (no capacity
+    of its own), it is read with each KV batch and clamps the KV hit (SGLang's
+    `SidecarPoolSpec(indices_from_pool=KV)`)."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9]*", self.name) or self.name in _TAKEN_NAMES:
@@ -142,9 +165,10 @@ class PoolKind:
             )
 
     @property
-    def device_key(self) -> str:
-        """The `device:` key that sizes this pool on the device."""
-        return f"{self.name}_{self.residency.unit}"
+    def device_key(self) -> str | None:
+        """The `device:` key that sizes this pool on the device (None: a sidecar, sized with
+        the KV pages it rides on)."""
+        return None if self.rides_on_kv else f"{self.name}_{self.residency.unit}"
 
 
 WORKLOAD_STREAM = 0
@@ -174,6 +198,9 @@ register_pool_kind(
     PoolKind("swa", SWAPoolSpec, Residency.PAGE_VALUES, stream_id=2, stages_on_host=True)
 )
 register_pool_kind(PoolKind("mamba", MambaPoolSpec, Residency.END_STATE, stream_id=3))
+register_pool_kind(
+    PoolKind("indexer", SidecarPoolSpec, Residency.PAGE_VALUES, stream_id=6, rides_on_kv=True)
+)
 
 
 @dataclass(frozen=True)
@@ -202,6 +229,10 @@ class Pool:
     @property
     def residency(self) -> Residency:
         return self.kind.residency
+
+    @property
+    def rides_on_kv(self) -> bool:
+        return self.kind.rides_on_kv
 
     def tail_len(self, end: int) -> int:
         """How many pages before `end` this pool needs: min(tail pages, end)."""

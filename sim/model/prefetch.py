@@ -150,6 +150,7 @@ class Prefetcher:
         shrink: str = "none",
         short_span_own_pages: bool = True,
         heal_after_deadline: bool = True,
+        sidecar_read: str = "with_kv_batch",
     ) -> None:
         self.storage = storage
         self.client = client
@@ -178,6 +179,15 @@ class Prefetcher:
         pending_hit_allocs; cache mode declines it) and lets a short mid-tree span ask for its
         own tail pages."""
         self.hit_query_dropped_beliefs = 0
+        self.batch_sidecars = storage.sidecars if sidecar_read == "with_kv_batch" else ()
+        """Sidecars read beside each KV batch (0.5.19 on); otherwise (0.5.18) they are
+        transfers read once KV completes, and clamp the usable prefix at the check."""
+        self.transfer_pools = storage.tail_keyed if self.batch_sidecars else storage.aux
+        self.sidecar_names = frozenset(pool.name for pool in storage.sidecars)
+        self.clamps = dict.fromkeys(self.sidecar_names, 0)
+        """Per sidecar: settled prefetches whose usable prefix its shortfall cut."""
+        self.clamped_pages = dict.fromkeys(self.sidecar_names, 0)
+        """Per sidecar: the pages of the hits those cuts left unloaded."""
         self.aux_staging = {staging.pool: staging for staging in aux_staging}
         self.shrink = shrink
         """Cache mode: how a hit that cannot be staged whole shrinks (`none`, `page`,
@@ -259,7 +269,8 @@ class Prefetcher:
             op.reported_pages = shrunk
             self.shrunk_prefetches += 1
         op.hit_pages = op.reported_pages
-        op.aux = plan_aux_transfers(self.storage.aux, op, buffer_only=self.short_span_own_pages)
+        op.aux = plan_aux_transfers(self.transfer_pools, op, buffer_only=self.short_span_own_pages)
+        op.riders = tuple(pool.name for pool in self.batch_sidecars)
         return True
 
     def _shrunk_hit(self, op: PrefetchOp, now_s: float | None) -> int:
@@ -325,7 +336,16 @@ class Prefetcher:
         if self.aux_evidence:
             for pool in self.storage.aux:
                 dropped += len(path.forget_beyond(span, cuts[pool.name], pool.name))
+            for pool in self.storage.sidecars:
+                if cuts[pool.name] == self.storage.pool_boundary(pool, span, kv_hit, now_s):
+                    path.believe((), {pool.name: span[: cuts[pool.name]]})
         return dropped
+
+    @property
+    def batch_page_bytes(self) -> int:
+        """Bytes a page of a KV batch reads: KV's and those of the sidecars read beside it."""
+        pools = self.storage.pools
+        return pools[KV].page_bytes + sum(pools[p.name].page_bytes for p in self.batch_sidecars)
 
     def kv_batches(self, op: PrefetchOp) -> Iterator[tuple[int, ...]]:
         """The hit span in storage batches of STORAGE_BATCH_PAGES pages."""
@@ -339,9 +359,17 @@ class Prefetcher:
         before = kv.cross_get_hits
         served = kv.get(batch, now_s, self.client)
         op.cross_instance_pages += kv.cross_get_hits - before
-        op.completed_pages += kv.credited(served)
         op.kv_read_pages += served
-        return kv.credited(served) == len(batch)
+        credited = kv.credited(served)
+        for pool in self.batch_sidecars:
+            store = self.storage.pools[pool.name]
+            got = store.get(batch, now_s, self.client)
+            op.aux_read_bytes += got * store.page_bytes
+            if store.credited(got) < credited:
+                credited = store.credited(got)
+                op.clamped_by = op.clamped_by or pool.name
+        op.completed_pages += credited
+        return credited == len(batch)
 
     def read_raised(self, pool: str) -> bool:
         """Whether the latest read of this pool failed in a backend whose failed reads raise
@@ -374,15 +402,20 @@ class Prefetcher:
         beliefs (SGLang's stage_completed_prefetch), or discards it all, adds no belief, and
         lets the heal rule drop beliefs, pool by pool (none for an op its deadline stopped,
         when `heal_after_deadline` is off). A model with no aux pool loads whatever KV
-        delivered.
+        delivered, and so does a model whose only aux pools are sidecars, even nothing: a clamp
+        is not a discard (no heal, no loop; SGLang's check discards only for tail-keyed pools).
         """
         op.terminated = op.terminated or not op.done
         span = op.hit_span
         self.host.free_prefetch(op.hit_pages)
         self.release_windows(op)
-        if hybrid_check(op) or (not op.aux and op.completed_pages > 0):
-            loaded = op.completed_pages
-            fills = {t.pool: t.keys for t in op.aux if t.keys is not None}
+        loaded = self._usable_pages(op)
+        if op.clamped_by is not None:
+            self.clamps[op.clamped_by] += 1
+            self.clamped_pages[op.clamped_by] += op.hit_pages - loaded
+        if loaded > 0 or op.riders or self._clamping(op):
+            fills: dict[str, Sequence[int]] = {t.pool: t.keys for t in op.aux if t.keys is not None}
+            fills.update({name: span[:loaded] for name in (*op.riders, *self._clamping(op))})
             self.write_path.believe(span[:loaded], fills)
             self.loops.on_success(span, loaded, now_s)
             return Resolution(Outcome.SUCCESS, op.start_page + loaded)
@@ -394,6 +427,28 @@ class Prefetcher:
                     dropped += path.forget(keys, pool)
         self.loops.on_discard(span, now_s, stale_by_other=self._displaced_by_other(op))
         return Resolution(Outcome.DISCARDED, 0, dropped)
+
+    def _clamping(self, op: PrefetchOp) -> tuple[str, ...]:
+        """The sidecar transfers an op read once KV completed (0.5.18), when its stack has no
+        other aux pool: they clamp the usable prefix rather than gate it."""
+        if op.aux and all(t.pool in self.sidecar_names for t in op.aux):
+            return tuple(t.pool for t in op.aux)
+        return ()
+
+    def _usable_pages(self, op: PrefetchOp) -> int:
+        """Pages the op can load: what KV (clamped by the sidecars read with it) completed,
+        cut to the sidecars' runs where they were read after it (0.5.18's clamp: none read
+        when KV fell short), and 0 when a tail-keyed pool's all-or-nothing check fails."""
+        if self._clamping(op):
+            usable = min(op.completed_pages, *(t.hit_pages for t in op.aux))
+            if usable < op.completed_pages:
+                op.clamped_by = op.clamped_by or next(
+                    t.pool for t in op.aux if t.hit_pages == usable
+                )
+            return usable
+        if not op.aux or hybrid_check(op):
+            return op.completed_pages
+        return 0
 
     def _displaced_by_other(self, op: PrefetchOp) -> bool:
         """Was the first object this op missed pushed out of storage by another server's write?

@@ -44,6 +44,11 @@ class Storage:
     write_bps: float
     exists_latency_ms: float
     aux: tuple[Pool, ...] = field(init=False)
+    """Every pool but KV: each folds into the hit query and is written by a backup."""
+    sidecars: tuple[Pool, ...] = field(init=False)
+    """The aux pools riding on KV pages (read with KV, clamping it)."""
+    tail_keyed: tuple[Pool, ...] = field(init=False)
+    """The aux pools with slots of their own (SWA, Mamba): their transfers are all-or-nothing."""
     leased: tuple[StoragePool, ...] = field(init=False)
     """Pools evicting by lease, which `exists` calls refresh."""
 
@@ -51,6 +56,8 @@ class Storage:
         if list(self.pools) != list(self.layout) or KV not in self.pools:
             raise ValueError(f"stores {list(self.pools)} do not match pools {list(self.layout)}")
         self.aux = tuple(pool for name, pool in self.layout.items() if name != KV)
+        self.sidecars = tuple(pool for pool in self.aux if pool.rides_on_kv)
+        self.tail_keyed = tuple(pool for pool in self.aux if not pool.rides_on_kv)
         self.leased = tuple(store for store in self.pools.values() if store.eviction == "lease")
 
     def touch_queried(self, span: Sequence[int], now_s: float) -> None:

@@ -27,6 +27,7 @@ from sim.core.documents import (
 )
 from sim.core.safe_io import UnreadableFile, check_regular
 from sim.core.spec import COMMAND_LINE_SET, ScenarioError
+from sim.deployment.kv_dtype import fill_dsa_kv_cache
 from sim.deployment.resolve import Sources, derive, has, layer_profiles, leaves
 from sim.model.presets import MODEL_PRESETS
 from sim.scenario.errors import describe, mapping
@@ -64,12 +65,14 @@ def build_scenario(doc: dict[str, Any], source: str = "<scenario>") -> Scenario:
     written = copy.deepcopy(doc)
     profiled = layer_profiles(written)
     doc = copy.deepcopy(profiled.doc)
+    dtype_problems = fill_dsa_kv_cache(doc, profiled.sources)
     model = expanded_model(doc.get("model"), _tp_size(doc))
     if isinstance(model, dict) and model is not doc.get("model"):
         doc["model"] = copy.deepcopy(model)
     _label_preset(model, written, profiled.sources)
     problems: list[tuple[str | None, str]] = [
         *profiled.problems,
+        *dtype_problems,
         *((e.key, e.message) for e in normalize_sizes(doc, model)),
     ]
     derived = derive(doc, model, profiled.sources, schema_default, schema_refusal)
@@ -158,12 +161,13 @@ def _restore(doc: dict[str, Any], sources: dict[str, str], written: dict[str, An
 
 
 def _label_preset(model: Any, written: dict[str, Any], sources: Sources) -> None:
-    """Mark the model values a preset brought (those the document does not write)."""
+    """Mark the model values a preset brought (those the document does not write, and no rule
+    derived for the GPU)."""
     name = model.get("preset") if isinstance(model, dict) else None
     if not isinstance(name, str) or name not in MODEL_PRESETS:
         return
     for key in leaves(model, "model"):
-        if not has(written, key):
+        if not has(written, key) and key not in sources.of:
             sources.of[key] = f"preset {name}"
 
 

@@ -133,19 +133,19 @@ class Scenario(Strict):
                 "(MambaPoolHost asserts it)",
             )
         for kind in POOL_KINDS.values():
-            if kind.name == KV:
+            device_key = kind.device_key
+            if kind.name == KV or device_key is None:
                 continue
-            key = kind.device_key
-            present = getattr(self.device, key, None) is not None
+            present = getattr(self.device, device_key, None) is not None
             if present and kind.name not in pools:
-                raise KeyedError(f"device.{key}", self._lacks(kind.name))
+                raise KeyedError(f"device.{device_key}", self._lacks(kind.name))
             if not present and kind.name in pools:
                 why = (
                     f"preset {self.model.preset} brings a {kind.name} pool"
                     if kind.name in self._preset_pools()
                     else f"the model has a {kind.name} pool"
                 )
-                raise KeyedError(f"device.{key}", f"required because {why}")
+                raise KeyedError(f"device.{device_key}", f"required because {why}")
         self._check_host_staging()
         for name in pools:
             tokens = getattr(self.model.pool_spec(name), "checkpoint_tokens", None)
@@ -347,11 +347,12 @@ def _schema(*versions: int) -> type[Scenario]:
         preset=(one_of(MODEL_PRESETS) | None, None),
         **{kind.name: (kind.spec | None, None) for kind in aux},  # type: ignore[call-overload]
     )
+    device_keys = [kind.device_key for kind in aux if kind.device_key is not None]
     device = create_model(
         "DeviceSpec",
         __base__=DeviceSpec,
         __doc__=DeviceSpec.__doc__,
-        **{kind.device_key: (NonNegInt | None, None) for kind in aux},  # type: ignore[call-overload]
+        **{key: (NonNegInt | None, None) for key in device_keys},  # type: ignore[call-overload]
     )
     storage = create_model(
         "StorageSpec",

@@ -37,6 +37,7 @@ from sim.core.spec import (
 from sim.deployment.profiles import CUSTOM, SGLANG_RELEASES, unknown_release_message
 from sim.model.pools import DEFAULT_PAGE_SIZE, POOL_KINDS, KVPoolSpec, PoolSpec
 from sim.model.presets import MODEL_PRESETS
+from sim.model.presets_mla import KV_CACHE_DTYPES
 from sim.scenario.errors import nearest
 
 
@@ -86,6 +87,9 @@ class ModelSpec(Strict):
     weights_dtype: Literal[WEIGHT_DTYPES] | None = None  # type: ignore[valid-type]
     """Which of the preset's published checkpoints the server loads (null: the one its model
     card points at); sets the weights the device is sized from and the roofline's bytes read."""
+    kv_cache_dtype: Literal[KV_CACHE_DTYPES] | None = None  # type: ignore[valid-type]
+    """SGLang's `--kv-cache-dtype` for a DeepSeek DSA preset, which sizes its KV latent (null:
+    SGLang's default for `hardware.gpu`, filled in when the preset is one of those)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -110,10 +114,11 @@ class ModelSpec(Strict):
 
     @model_serializer(mode="wrap")
     def _without_absent_preset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A model without a preset (or a precision) dumps no `preset` (`weights_dtype`) key,
-        so the resolved configs and sweep task keys of such scenarios do not depend on them."""
+        """A model without a preset (or a precision, or a KV dtype) dumps no `preset`
+        (`weights_dtype`, `kv_cache_dtype`) key, so the resolved configs and sweep task keys of
+        such scenarios do not depend on them."""
         data: dict[str, Any] = handler(self)
-        for key in ("preset", "weights_dtype"):
+        for key in ("preset", "weights_dtype", "kv_cache_dtype"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -139,7 +144,8 @@ class DeviceSpec(Strict):
 
     def capacity(self, pool: str) -> int:
         """Device capacity of an aux pool in its own unit (pages or slots)."""
-        return cast(int, getattr(self, POOL_KINDS[pool].device_key))
+        key = POOL_KINDS[pool].device_key
+        return self.kv_pages if key is None else cast(int, getattr(self, key))
 
 
 class HostSpec(Strict):
@@ -153,7 +159,16 @@ class HostSpec(Strict):
     without an SWA pool."""
     hicache_ratio: Annotated[float, Field(strict=True, gt=0.0, le=1e3)] | None = None
     """SGLang's --hicache-ratio: null is its default, 2.0 in cache mode and 1.2 in buffer_only
-    mode. Used only to derive a `pages` the scenario leaves out."""
+    mode, lowered to fit the host's memory under `auto_size`. Used only to derive a `pages`
+    the scenario leaves out."""
+    auto_size: bool = True
+    """SGLang 0.5.21 on (`false`: 0.5.18-0.5.20): with neither `hicache_ratio` nor `pages`
+    given, the default ratio is lowered until the host pools of the host's ranks fit
+    `memory_fraction` of its free memory; applied where `hardware.host_memory_gib` says how
+    much that is (docs/deployments.md, "Host memory auto-sizing")."""
+    memory_fraction: Annotated[float, Field(strict=True, gt=0.0, le=1.0)] = 0.8
+    """SGLang's --hicache-host-memory-fraction: the share of the host's free memory, after a
+    10 GiB reserve, that the host pools of all its ranks may take when auto-sizing."""
     pcie_gbps: Gbps = 50.0
     """Host-device bandwidth of the io path: a GPU profile gives the gather kernel's rate for
     `kernel` io and the bulk copy rate for `direct` io."""
@@ -287,6 +302,13 @@ class PrefetchSpec(Strict):
     (an SWA window) asks that pool for: its own pages, the device prefix holding the rest of
     the window (`own_pages`, SGLang 0.5.19), or nothing, which fails the hybrid check
     (`none`, 0.5.20 on, and every release in cache mode; the default)."""
+    sidecar_read: Literal["with_kv_batch", "after_kv"] = "with_kv_batch"
+    """When a KV-derived sidecar pool (the DSA indexer) is read: beside each KV batch, the
+    batch's hit clamped to the shorter of the two (`with_kv_batch`, SGLang 0.5.19 on:
+    `CacheController._page_transfer_kv_batch`; the default), or once KV has completed, the
+    usable prefix clamped to the sidecar's leading run and nothing read when KV fell short
+    (`after_kv`, 0.5.18). Either way a sidecar shortfall clamps the hit instead of discarding
+    it, unless a tail-keyed pool (SWA, Mamba) makes the stack all-or-nothing."""
     threshold_floor: Literal["page", "swa_window"] = "swa_window"
     """The least the prefetch threshold can be: one page (`page`, SGLang 0.5.18-0.5.19), or in
     buffer_only mode with an SWA pool one full SWA window, `ceil(window / page)` pages
@@ -373,6 +395,10 @@ class HardwareSpec(Strict):
     """Host-to-device rate of large copies (`direct` io)."""
     copy_overhead_us: CopyOverheadUs | None = None
     """Cost of one copy beyond its bytes (`direct` io)."""
+    host_memory_gib: Annotated[float, Field(strict=True, gt=0.0, le=2**20)] | None = None
+    """The host's available memory in GiB (what psutil reports as available, bounded by the
+    cgroup limit): with `host.memory_fraction` set it sizes the host pools as SGLang's
+    auto-sizing does, for `server.tp_size` ranks on the host."""
 
 
 MAX_PRICE_USD = 1e9

@@ -50,9 +50,11 @@ def size_keys(doc: dict[str, Any], model: dict[str, Any] | None = None) -> Itera
         per_page = pool.residency is Residency.PAGE_VALUES
         unit_tokens = page_size if per_page else None
         kind = POOL_KINDS[name]
-        yield SizeKey(
-            f"device.{kind.device_key}", kind.residency.unit, pool.object_bytes, unit_tokens
-        )
+        if kind.device_key is not None:
+            unit_bytes = pool.object_bytes + (
+                sum(p.object_bytes for p in pools.values() if p.rides_on_kv) if name == KV else 0
+            )
+            yield SizeKey(f"device.{kind.device_key}", kind.residency.unit, unit_bytes, unit_tokens)
         gb_tokens = None if not per_page else GB * page_size / pool.object_bytes
         yield SizeKey(f"storage.pools.{name}.capacity_gb", "GB", GB, gb_tokens)
     host_page_bytes = sum(p.object_bytes for p in pools.values() if p.residency.per_page)

@@ -263,6 +263,24 @@ _MODULES = (
 """The modules a release's import brings in, where that release has them."""
 
 
+@cache
+def real_module(release: str, name: str) -> types.ModuleType:
+    """A release's module outside `mem_cache` (`sglang.srt.managers.scheduler`), imported for
+    real with the harness's finder: its own imports stubbed, `mem_cache` real."""
+    root = source_dir(release)
+    saved = _take_modules()
+    sys.modules.update(_loaded(release, REAL))
+    sys.modules.pop(name, None)  # a stub while `mem_cache` was imported
+    finder = _ReleaseFinder(root, (*REAL, name))
+    sys.meta_path.insert(0, finder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.meta_path.remove(finder)
+        _take_modules()
+        sys.modules.update(saved)
+
+
 def module(release: str, name: str) -> types.ModuleType | None:
     """One module of a release (`sglang.srt.mem_cache.` may be left off), or None where that
     release has no such module."""

@@ -15,11 +15,8 @@ before any lookup for a request whose deadline expired. 0.5.18 has no retries at
 
 from __future__ import annotations
 
-import importlib
 import random
-import sys
 import types
-from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
@@ -37,21 +34,9 @@ WITH_RETRIES = [r for r in releases.RELEASES if r != "0.5.18"]
 WITH_CLASS = [r for r in releases.RELEASES if releases.module(r, "storage_prefetch") is not None]
 
 
-@cache
 def scheduler(release: str) -> types.ModuleType:
-    """The release's `managers/scheduler.py`, imported for real with the harness's finder (its
-    own imports stubbed, `mem_cache` real)."""
-    root = releases.source_dir(release)
-    saved = releases._take_modules()
-    sys.modules.update(releases._loaded(release, releases.REAL))
-    finder = releases._ReleaseFinder(root, (*releases.REAL, SCHEDULER))
-    sys.meta_path.insert(0, finder)
-    try:
-        return importlib.import_module(SCHEDULER)
-    finally:
-        sys.meta_path.remove(finder)
-        releases._take_modules()
-        sys.modules.update(saved)
+    """The release's `managers/scheduler.py`, imported for real (`releases.real_module`)."""
+    return releases.real_module(release, SCHEDULER)
 
 
 class _Blocked(Exception):
