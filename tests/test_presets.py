@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from sim.core.documents import layered
+from sim.deployment.fitting import preset_rank
 from sim.deployment.hardware import GPUS
 from sim.deployment.kv_dtype import fill_dsa_kv_cache
 from sim.deployment.resolve import Sources
-from sim.deployment.sizing import rank_model
 from sim.engine.runner import run
 from sim.model.presets import MODEL_PRESETS, SlidingWindowHybrid, interleaved
 from sim.model.presets_mla import DeepSeekSparseAttention
@@ -178,19 +178,13 @@ def test_sglang_picks_the_dsa_kv_dtype_from_the_gpu(gpu: str, dtype: str) -> Non
 
 
 def test_an_mla_latent_is_one_replicated_head() -> None:
-    """Every rank holds the whole latent: at tp 8 a rank's KV bytes are the model's, while
-    the weights split."""
+    """Every rank holds the whole latent: at tp 8 a rank's KV and indexer bytes are the
+    model's, while the weights split."""
     assert DSA.num_key_value_heads == 1
     assert DSA.pool_specs()["kv"]["replicated"] is True
-    rank = rank_model(
-        tp_size=8,
-        weight_bytes=DSA.weight_bytes,
-        num_key_value_heads=DSA.num_key_value_heads,
-        kv_bytes_per_token=70272,
-        swa_bytes_per_token=None,
-        mamba_state_bytes=None,
-    )
-    assert rank.kv_bytes_per_token == 70272
+    assert DSA.pool_specs(8) == DSA.pool_specs(1)
+    rank = preset_rank(DSA, {"kv", "indexer"}, 8, DSA.checkpoint())
+    assert rank.kv_bytes_per_token == 70272 + 8052
     assert rank.weight_bytes == DSA.weight_bytes / 8
 
 
@@ -270,8 +264,8 @@ class _LatentOnly(DeepSeekSparseAttention):
     """DeepSeek-V3.2 with its KV latent only, without the indexer pool and `kv.replicated`,
     so the dtype rule can be followed through a whole scenario."""
 
-    def pool_specs(self) -> dict[str, dict[str, int]]:
-        kv = super().pool_specs()["kv"]
+    def pool_specs(self, tp_size: int = 1) -> dict[str, dict[str, int]]:
+        kv = super().pool_specs(tp_size)["kv"]
         return {"kv": {"bytes_per_token": kv["bytes_per_token"], "layers": kv["layers"]}}
 
 

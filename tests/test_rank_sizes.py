@@ -39,6 +39,9 @@ def rank_bytes(scenario: Scenario) -> float:
     preset = MODEL_PRESETS[str(model.preset)]
     held = preset.checkpoint(model.weights_dtype).weight_bytes / scenario.server.tp_size
     held += device.kv_pages * page * model.kv.bytes_per_token
+    indexer = getattr(model, "indexer", None)
+    if indexer is not None:
+        held += device.kv_pages * page * indexer.bytes_per_token  # type: ignore[attr-defined]
     swa = getattr(model, "swa", None)
     if swa is not None:
         held += device.swa_pages * page * swa.bytes_per_token  # type: ignore[attr-defined]
@@ -59,10 +62,12 @@ def test_a_rank_never_holds_more_than_its_gpu_s_memory(preset: str, gpu: str, tp
     memory = GPUS[gpu].memory_mib * 2**20
     static = (GPUS[gpu].memory_mib - CONTEXT_MIB) * 2**20 * scenario.server.mem_fraction_static
     assert rank_bytes(scenario) <= static < memory
-    assert (
-        scenario.model.kv.bytes_per_token
-        == MODEL_PRESETS[preset].pool_specs(tp)["kv"]["bytes_per_token"]
-    )
+    derived = MODEL_PRESETS[preset].pool_specs(tp)["kv"]["bytes_per_token"]
+    if scenario.model.kv_cache_dtype is not None:  # a DSA latent follows the GPU's dtype
+        derived = MODEL_PRESETS[preset].kv_bytes_per_token(  # type: ignore[attr-defined]
+            scenario.model.kv_cache_dtype, GPUS[gpu].sm_major
+        )
+    assert scenario.model.kv.bytes_per_token == derived
 
 
 def test_every_preset_fits_some_gpu_at_more_than_one_rank() -> None:
