@@ -331,6 +331,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         shrink=prefetch.shrink,
         short_span_own_pages=prefetch.short_span_aux == "own_pages",
         heal_after_deadline=prefetch.heal_after_deadline,
+        hit_query_error=prefetch.hit_query_error,
     )
     copies = {name: scenario.model.pool_spec(name).host_copies() for name in pools}  # type: ignore[union-attr]
     timing = Timing(

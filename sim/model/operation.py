@@ -48,6 +48,9 @@ class PrefetchOp:
     aux: list[AuxTransfer] = field(default_factory=list)
     terminated: bool = False
     done: bool = False
+    unanswered: bool = False
+    """The hit query never answered (the prefetch thread had ended): the op waits for its
+    policy and is recorded `unanswered` when its request is admitted."""
     kv_read_pages: int = 0
     aux_read_bytes: int = 0
     transfer_bytes: int = 0
