@@ -165,6 +165,7 @@ def test_through_0_5_21_a_raising_hit_query_stops_every_later_prefetch() -> None
     outcomes, summary = _outcomes(**{"server.sglang": "0.5.21", "storage.backend": "aibrix"})
     assert set(outcomes) == {"unanswered"}
     assert outcomes["unanswered"] > 10
+    assert summary["hit_query_halts"] == 1
     assert summary["storage_kv_get_hits"] == 0
     assert summary["requests_finished"] > 0
 
@@ -173,6 +174,7 @@ def test_from_0_5_22_the_raising_query_counts_zero_and_prefetching_goes_on() -> 
     outcomes, summary = _outcomes(**{"server.sglang": "0.5.22", "storage.backend": "aibrix"})
     assert set(outcomes) == {"revoked"}
     assert outcomes["revoked"] > 10
+    assert summary["hit_query_halts"] == 0
     assert summary["storage_kv_get_hits"] == 0
 
 

@@ -42,6 +42,7 @@ class Server(Scheduler):
             "hit_query_dropped_beliefs": self.prefetcher.hit_query_dropped_beliefs,
             "prefetch_shrunk": self.prefetcher.shrunk_prefetches,
             "storage_io_halts": int(self.io_halted_s is not None),
+            "hit_query_halts": int(self.prefetcher.hit_queries_halted_s is not None),
             **self.tree.counters(),
         }
 
