@@ -59,6 +59,7 @@ COMPILED_MODULES = (
     "sim/model/object_store.py",
     "sim/model/operation.py",
     "sim/model/prefetch.py",
+    "sim/model/prefetch_policies.py",
     "sim/model/radix.py",
     "sim/model/retries.py",
     "sim/model/storage.py",

@@ -106,6 +106,8 @@ RELEASE_VALUES: dict[str, dict[str, Any]] = {
         for version, heals in (("0.5.22", True), ("0.5.23", False))
     },
 }
+for _version, _values in RELEASE_VALUES.items():
+    _values["prefetch.hit_query_error"] = "miss" if _version >= "0.5.22" else "stop"
 RELEASE_VALUES["pr36386"] = RELEASE_VALUES["0.5.19"]
 RELEASE_VALUES["latest"] = RELEASE_VALUES["0.5.23"]
 BACKEND_VALUES: dict[str, dict[str, Any]] = {
@@ -138,6 +140,24 @@ BACKEND_VALUES: dict[str, dict[str, Any]] = {
         "storage.failed_read": "keep",
     },
 }
+_NOT_FOUND = {"storage.eviction": "lru", "storage.failed_read": "keep"}
+"""What the newer backends' client code leaves to the store: the schema's defaults."""
+BACKEND_VALUES.update(
+    {
+        "mori": {"storage.hit_query": "cascading_min", "storage.write_dedup": False},
+        "npu_memcache": {"storage.hit_query": "min_of_pools_no_swa", "storage.write_dedup": True},
+        "seaweedfs": {"storage.hit_query": "min_of_pools", "storage.write_dedup": False},
+        "sim": {"storage.hit_query": "min_of_pools", "storage.write_dedup": False},
+        "shm": {"storage.hit_query": "none", "storage.write_dedup": True},
+        "tensorcast": {"storage.hit_query": "raises", "storage.write_dedup": False},
+        "aibrix": {"storage.hit_query": "raises", "storage.write_dedup": False},
+        "eic": {"storage.hit_query": "raises", "storage.write_dedup": False},
+        "simm": {"storage.hit_query": "raises", "storage.write_dedup": True},
+    }
+)
+for _values in BACKEND_VALUES.values():
+    for _key, _value in _NOT_FOUND.items():
+        _values.setdefault(_key, _value)
 GPU_VALUES: dict[str, dict[str, Any]] = {
     # nvidia-smi memory.total; the H200's measured link (kernel 50.8, bulk 55.3, 3.69 us a
     # copy); Gen4 cards at half the bandwidth

@@ -17,12 +17,8 @@ from sim.engine.simulation import Simulation
 from sim.heal import RULES, DiscardView
 from sim.model.build import build_cluster
 from sim.model.pools import POOL_KINDS, PoolKind, PoolSpec, Residency, register_pool_kind
-from sim.model.prefetch import (
-    PREFETCH_POLICIES,
-    PrefetchOp,
-    PrefetchTimeout,
-    plan_aux_transfers,
-)
+from sim.model.prefetch import PrefetchOp, plan_aux_transfers
+from sim.model.prefetch_policies import PREFETCH_POLICIES, PrefetchTimeout
 from sim.model.storage import HIT_QUERIES, Storage
 from sim.scenario.loading import build_scenario
 from sim.scenario.schema import Scenario, ScenarioError, scenario_model

@@ -15,13 +15,14 @@ module holds what they are made of and how a scenario's names find them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from typing import Any
 
 from sim.core.registry import Registry
-from sim.model.pools import POOL_KINDS
+from sim.model.pools import KV, POOL_KINDS
+from sim.model.storage import no_hit_reason
 
 CUSTOM = "custom"
 """The name that selects no profile: the scenario's own keys and the schema defaults only."""
@@ -90,6 +91,9 @@ class StorageBackend:
     changes: tuple[tuple[str, Setting], ...] = field(default=())
     """(release, setting): from that release on the setting replaces the one of the same key
     (oldest first)."""
+    since: str = "0.5.18"
+    """The first release whose `StorageBackendFactory` registers the backend
+    (mem_cache/storage/backend_factory.py); an older one refuses the name."""
 
     @property
     def label(self) -> str:
@@ -192,6 +196,34 @@ def refusals(
         f"SGLang {release.name} refuses buffer_only host memory with a {', '.join(refused)} "
         f"pool ({why}){later}",
     )
+
+
+def backend_refusal(release: SGLangRelease, backend: StorageBackend) -> str | None:
+    """Why the release's server refuses the backend's name (it does not register it yet)."""
+    if release.order >= release_order(backend.since):
+        return None
+    return (
+        f"{backend.name} came in {backend.since}: SGLang {release.name}'s "
+        "StorageBackendFactory does not register it (mem_cache/storage/backend_factory.py)"
+    )
+
+
+def serving_warnings(doc: Mapping[str, Any]) -> list[str]:
+    """What `validate` warns of a resolved document whose backend, in its release, cannot
+    serve the model from storage (its hit query answers nothing, or raises for this model)."""
+    storage, prefetch, model = (doc.get(part) for part in ("storage", "prefetch", "model"))
+    backend = backend_of(dict(doc))
+    kind = storage.get("hit_query") if isinstance(storage, Mapping) else None
+    if backend is None or not isinstance(kind, str) or not isinstance(model, Mapping):
+        return []
+    pools = [name for name in POOL_KINDS if name == KV or isinstance(model.get(name), Mapping)]
+    error = prefetch.get("hit_query_error") if isinstance(prefetch, Mapping) else None
+    reason = no_hit_reason(kind, pools, str(error or "stop"))
+    if reason is None:
+        return []
+    release = release_of(dict(doc))
+    server = "the newest SGLang" if release is None else f"SGLang {release.name}"
+    return [f"storage.backend {backend.name} in {server} cannot serve this model: {reason}"]
 
 
 def _first_release(accepts: Any) -> str | None:

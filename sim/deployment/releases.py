@@ -15,6 +15,7 @@ from sim.deployment.profiles import (
     ChunkTier,
     Setting,
     SGLangRelease,
+    release_order,
 )
 
 _GIB = 1024
@@ -266,6 +267,22 @@ def _anchor_cap(release: str, cap: float, why: str) -> Setting:
 _PINS_ON = "`SGLANG_HICACHE_BUFFER_ANCHOR_LOCK_CAP` 0.5, pins on by default"
 
 
+def _hit_query_error(release: str) -> Setting:
+    """What the controller's prefetch thread does when a backend's hit query raises."""
+    where = f"({release}: managers/cache_controller.py:HiCacheController.prefetch_thread_func)"
+    if release_order(release) >= (0, 5, 22):
+        return Setting(
+            "prefetch.hit_query_error",
+            "miss",
+            f"the error is logged and the query counts 0 pages {where}",
+        )
+    return Setting(
+        "prefetch.hit_query_error",
+        "stop",
+        f"nothing catches the error: the prefetch thread ends and is never restarted {where}",
+    )
+
+
 def _register(release: SGLangRelease, *aliases: str) -> None:
     for name in (release.name, *aliases):
         SGLANG_RELEASES.register(name, release)
@@ -289,6 +306,7 @@ _register(
             _threshold_floor("0.5.18"),
             _sidecar_read("0.5.18"),
             *_host_fraction("0.5.18"),
+            _hit_query_error("0.5.18"),
         ),
         buffer_only_pools=frozenset(),
         memory_tiers=TIERS_BEFORE_0_5_20,
@@ -309,6 +327,7 @@ _register(
             _threshold_floor("0.5.19"),
             _sidecar_read("0.5.19"),
             *_host_fraction("0.5.19"),
+            _hit_query_error("0.5.19"),
             _anchor_cap(
                 "0.5.19",
                 0.0,
@@ -337,6 +356,7 @@ for _version in ("0.5.20", "0.5.21"):
                 _threshold_floor(_version),
                 _sidecar_read(_version),
                 *_host_fraction(_version),
+                _hit_query_error(_version),
             ),
             buffer_only_pools=frozenset({"kv", "swa", "indexer"}),
             memory_tiers=TIERS_SINCE_0_5_20,
@@ -365,6 +385,7 @@ _register(
             _threshold_floor("0.5.22"),
             _sidecar_read("0.5.22"),
             *_host_fraction("0.5.22"),
+            _hit_query_error("0.5.22"),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba", "indexer"}),
         memory_tiers=TIERS_SINCE_0_5_20,
@@ -393,6 +414,7 @@ _register(
             _threshold_floor("0.5.23"),
             _sidecar_read("0.5.23"),
             *_host_fraction("0.5.23"),
+            _hit_query_error("0.5.23"),
         ),
         buffer_only_pools=frozenset({"kv", "swa", "mamba", "indexer"}),
         memory_tiers=TIERS_SINCE_0_5_20,

@@ -63,11 +63,13 @@ def releases_table() -> str:
 
 
 def backends_table() -> str:
-    """A column a backend as the newest release runs it, then what older releases differ in."""
+    """A column a backend as the newest release runs it (and the first release that registers
+    it), then what older releases differ in."""
     names = list(STORAGE_BACKENDS)
     backends = [STORAGE_BACKENDS[name] for name in names]
     newest = [b.settings_for(None) for b in backends]
     lines = _rows(names, newest)
+    lines.insert(2, "| first release | " + " | ".join(b.since for b in backends) + " |")
     lines.append("")
     lines += _evidence(names, newest, per_column=True)
     for backend in backends:

@@ -73,6 +73,7 @@ EXTRA_KEYS = (
     "hit_query_dropped_beliefs",
     "prefetch_shrunk",
     "storage_io_halts",
+    "hit_query_halts",
     "device_backoff_tokens",
     "device_change_tokens",
     "read_transfer_bytes",

@@ -112,6 +112,9 @@ class PrefetchIO(ServerBase):
         if op.assumed_end is None:
             yield env.timeout(self.storage.exists_s(len(op.span)))
         outcome = prefetcher.query(op, env.now, queue_empty=not self.parked)
+        if outcome == Outcome.UNANSWERED:
+            op.unanswered = True
+            return
         if outcome == Outcome.DECLINED and (yield from self._parked(op)):
             outcome = None
         if outcome is None and self.model.buffer_only:

@@ -203,6 +203,12 @@ class Scheduler(WriteBack):
         if op is None or not op.issued:
             if op is not None and not op.done:
                 self._unpark(op)
+            if op is not None and op.unanswered:
+                op.done = True
+                self.prefetcher.release_windows(op)
+                self._poke_host_freed()
+                job.prefetch_outcome = Outcome.UNANSWERED
+                self._record_prefetch(job, op, Outcome.UNANSWERED, ())
             return 0
         now = self.env.now
         resolution = self.prefetcher.resolve(op, now)

@@ -47,6 +47,7 @@ class Server(Scheduler):
                 f"prefetch_{name}_clamped_tokens": pages * self.model.page_size
                 for name, pages in self.prefetcher.clamped_pages.items()
             },
+            "hit_query_halts": int(self.prefetcher.hit_queries_halted_s is not None),
             **self.tree.counters(),
         }
 

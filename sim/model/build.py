@@ -41,7 +41,8 @@ from sim.model.pools import (
     Pool,
     Residency,
 )
-from sim.model.prefetch import Prefetcher, PrefetchOp, PrefetchTimeout, RetryBudget
+from sim.model.prefetch import Prefetcher, PrefetchOp, RetryBudget
+from sim.model.prefetch_policies import PrefetchTimeout
 from sim.model.radix import RadixTree
 from sim.model.retries import PrefetchRetries
 from sim.model.storage import Storage
@@ -332,6 +333,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         short_span_own_pages=prefetch.short_span_aux == "own_pages",
         heal_after_deadline=prefetch.heal_after_deadline,
         sidecar_read=prefetch.sidecar_read,
+        hit_query_error=prefetch.hit_query_error,
     )
     copies = {name: scenario.model.pool_spec(name).host_copies() for name in pools}  # type: ignore[union-attr]
     timing = Timing(

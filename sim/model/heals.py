@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from sim.model.operation import PrefetchOp
 from sim.model.pools import KV, Pool
-from sim.model.storage import Storage
+from sim.model.storage import ZERO_VERDICT_QUERIES, Storage
 
 PoolDrops = Mapping[str, Sequence[int]]
 """Keys whose beliefs a heal drops, by pool (KV beliefs under `KV`)."""
@@ -69,15 +69,19 @@ def query_cuts(
     only while the backend's fold is still going: the fold stops at the first pool that leaves
     nothing restorable (0.5.22: the minimum reached 0; 0.5.23: no endpoint legal for every pool
     so far), and a pool with boundary 0 gets no verdict. A pool with no verdict heals past the
-    folded answer, `folded`. `fold` is the hit query's name (`intersect` or a minimum).
+    folded answer, `folded`. `fold` is the hit query's name (`intersect` or a minimum; the
+    cascading minimum asks each pool only up to the running minimum, a query that reports no
+    pool's boundary heals every pool past `folded`).
     """
-    bounds = storage.boundaries(span, now_s)
-    kv_hit = bounds[KV]
+    if fold in ZERO_VERDICT_QUERIES:
+        return {name: folded for name in storage.layout}
+    kv_hit = storage.kv.leading_run(span, now_s)
     cuts = {KV: kv_hit}
     running = kv_hit
     seen: list[Pool] = []
     for pool in storage.aux:
-        bound = bounds[pool.name] if running > 0 else 0
+        asked_to = running if fold == "cascading_min" else kv_hit
+        bound = storage.pool_boundary(pool, span, asked_to, now_s) if running > 0 else 0
         cuts[pool.name] = bound if bound > 0 else folded
         if running > 0:
             seen.append(pool)

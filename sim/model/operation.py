@@ -52,6 +52,9 @@ class PrefetchOp:
     """The first sidecar whose shortfall cut the usable prefix below what KV served."""
     terminated: bool = False
     done: bool = False
+    unanswered: bool = False
+    """The hit query never answered (the prefetch thread had ended): the op waits for its
+    policy and is recorded `unanswered` when its request is admitted."""
     kv_read_pages: int = 0
     aux_read_bytes: int = 0
     transfer_bytes: int = 0

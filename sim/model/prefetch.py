@@ -1,4 +1,4 @@
-"""A storage prefetch (L3 -> host staging): planning, the hit query, termination policies, and
+"""A storage prefetch (L3 -> host staging): planning, the hit query, and
 what a settled prefetch leaves behind (the operation itself is `sim.model.operation`).
 
 The aux transfers are explicit: each names the page keys it asks its pool for (the tail of the
@@ -8,58 +8,24 @@ waits for `exists`, moves the bytes batch by batch, and asks `Prefetcher` what f
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sim.core.registry import Registry
 from sim.model.backup import WritePath
 from sim.model.heals import PoolDrops, by_pool, query_cuts
 from sim.model.host import AuxStaging, HostPool
 from sim.model.loops import LoopTracker
 from sim.model.operation import AuxTransfer, PrefetchOp, hybrid_check, plan_aux_transfers
 from sim.model.pools import KV
-from sim.model.storage import AUX_BLIND_QUERIES, HIT_QUERIES, STORAGE_BATCH_PAGES, Storage
-
-# ---------------------------------------------------------------------- termination policies
-
-
-@dataclass(frozen=True)
-class PrefetchTimeout:
-    """The `timeout` policy's budget: base + per 1024 tokens of the hit."""
-
-    base_s: float
-    per_ki_token_s: float
-    page_size: int
-
-
-Policy = Callable[[PrefetchOp, PrefetchTimeout], float]
-"""When the scheduler may stop a prefetch that has not finished: a time, -inf (at once) or inf
-(never). SGLang: check_prefetch_progress / _can_terminate_prefetch."""
-
-PREFETCH_POLICIES: Registry[Policy] = Registry("prefetch policy")
-
-
-@PREFETCH_POLICIES.register("best_effort")
-def best_effort(op: PrefetchOp, budget: PrefetchTimeout) -> float:
-    """Stop as soon as the request could run."""
-    return -math.inf
-
-
-@PREFETCH_POLICIES.register("timeout")
-def timeout(op: PrefetchOp, budget: PrefetchTimeout) -> float:
-    """Stop once the budget for the hit has passed since the prefetch started (before the hit
-    query answers, the budget is the base alone)."""
-    per_hit = budget.per_ki_token_s * op.hit_pages * budget.page_size / 1024.0
-    return op.issued_s + (budget.base_s + per_hit)
-
-
-@PREFETCH_POLICIES.register("wait_complete")
-def wait_complete(op: PrefetchOp, budget: PrefetchTimeout) -> float:
-    """Never stop: the request waits for every byte."""
-    return math.inf
-
+from sim.model.prefetch_policies import PREFETCH_POLICIES, PrefetchTimeout
+from sim.model.storage import (
+    AUX_BLIND_QUERIES,
+    HIT_QUERIES,
+    STORAGE_BATCH_PAGES,
+    HitQueryRaised,
+    Storage,
+)
 
 # ---------------------------------------------------------------------- the prefetcher
 
@@ -102,6 +68,9 @@ class Outcome(StrEnum):
     REFETCHED = "refetched"
     """buffer_only: staged, but at admission its anchor had shrunk (an unpinned anchor
     evicted): the hold was released and the span re-fetched at once (`_refetch_staged`)."""
+    UNANSWERED = "unanswered"
+    """The hit query never answered: a backend's hit query had raised out of the controller's
+    prefetch thread, which ended (through SGLang 0.5.21); the policy stopped the attempt."""
     FORFEITED = "forfeited"
     """An aux pool's host staging window could not be taken when the prefetch was issued: the
     whole fetch was given up before the hit query (`log_prefetch_aux_alloc_failed_tokens`)."""
@@ -151,6 +120,7 @@ class Prefetcher:
         short_span_own_pages: bool = True,
         heal_after_deadline: bool = True,
         sidecar_read: str = "with_kv_batch",
+        hit_query_error: str = "stop",
     ) -> None:
         self.storage = storage
         self.client = client
@@ -188,6 +158,11 @@ class Prefetcher:
         """Per sidecar: settled prefetches whose usable prefix its shortfall cut."""
         self.clamped_pages = dict.fromkeys(self.sidecar_names, 0)
         """Per sidecar: the pages of the hits those cuts left unloaded."""
+        self.hit_query_error = hit_query_error
+        """A hit query that raised: `stop` ends the hit queries, `miss` counts it 0 pages."""
+        self.hit_queries_halted_s: float | None = None
+        """When a hit query raised out of the prefetch thread (`raises`): from then on no
+        prefetch gets an answer (SGLang never restarts the thread)."""
         self.aux_staging = {staging.pool: staging for staging in aux_staging}
         self.shrink = shrink
         """Cache mode: how a hit that cannot be staged whole shrinks (`none`, `page`,
@@ -233,7 +208,9 @@ class Prefetcher:
         """Ask storage for the hit and stage it: 'cancelled' when the policy stopped the op
         while the query was in flight, 'revoked' when the hit is below the threshold,
         'declined' when staging is rate-limited or other hits wait for it (`queue_empty`
-        false; the op may then park, see `may_park`), None when reads may start.
+        false; the op may then park, see `may_park`), 'unanswered' when the hit queries have
+        stopped (the op then waits for its policy, see `PrefetchIO`), None when reads may
+        start.
 
         The beliefs past the reported hit are dropped here (the hit-query heal; a no-op where
         the existence cache is not used), also for a stopped op: the answer lands whether or
@@ -241,13 +218,24 @@ class Prefetcher:
         a gone request, and `revoke_pending_prefetch` for a terminated one), unless the op's
         deadline stopped it and `heal_after_deadline` is off.
         """
+        if self.hit_queries_halted_s is not None:
+            return Outcome.UNANSWERED
         if op.assumed_end is not None:
             hit = max(0, min(len(op.span), op.assumed_end - op.start_page))
         else:
-            hit = self.hit_query(self.storage, op.span, now_s)
+            fold = self.fold
+            try:
+                hit = self.hit_query(self.storage, op.span, now_s)
+            except HitQueryRaised:
+                if op.terminated:  # a terminated op is counted 0 without asking the backend
+                    return Outcome.CANCELLED
+                if self.hit_query_error == "stop":
+                    self.hit_queries_halted_s = now_s
+                    return Outcome.UNANSWERED
+                hit, fold = 0, "none"  # counted 0 pages, no pool's verdict
             self.storage.touch_queried(op.span, now_s)
             if self.heals(op):
-                self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s)
+                self.hit_query_dropped_beliefs += self._heal_from_query(op.span, hit, now_s, fold)
         if op.terminated:
             return Outcome.CANCELLED
         if hit < self.threshold_pages:
@@ -316,7 +304,7 @@ class Prefetcher:
         0.5.23 marks `deadline_expired` when the `timeout` policy stops an op)."""
         return self.heal_after_deadline or not (op.terminated and self.deadline_policy)
 
-    def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float) -> int:
+    def _heal_from_query(self, span: Sequence[int], hit: int, now_s: float, fold: str) -> int:
         """Drop the beliefs the query contradicts; returns how many.
 
         KV-only beliefs: those past the reported hit. Per-pool beliefs: KV's past the KV hit,
@@ -329,7 +317,7 @@ class Prefetcher:
         path = self.write_path
         if not path.per_pool:
             return len(path.forget_beyond(span, hit))
-        cuts = query_cuts(self.storage, span, hit, now_s, self.fold)
+        cuts = query_cuts(self.storage, span, hit, now_s, fold)
         kv_hit = cuts[KV]
         dropped = len(path.forget_beyond(span, kv_hit))
         path.believe(span[:kv_hit])

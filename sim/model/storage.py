@@ -170,3 +170,89 @@ def min_of_pools(storage: Storage, span: Sequence[int], now_s: float) -> int:
     """
     kv_hit = storage.kv.leading_run(span, now_s)
     return min([kv_hit, *(storage.pool_boundary(p, span, kv_hit, now_s) for p in storage.aux)])
+
+
+class HitQueryRaised(Exception):
+    """The backend's `batch_exists_v2` raised (it has none of its own, or refuses pool
+    transfers): through SGLang 0.5.21 nothing catches it, and the controller's prefetch thread,
+    the one thread that answers hit queries, ends."""
+
+
+@HIT_QUERIES.register("cascading_min")
+def cascading_min(storage: Storage, span: Sequence[int], now_s: float) -> int:
+    """The mori (UMBP) backend's fold: each aux pool, in order, is asked only about the pages
+    up to the running minimum so far, and its boundary there becomes the new minimum.
+
+    Unlike `min_of_pools`, which asks every pool at the KV hit, a pool after one that cut the
+    prefix is asked at the cut: where its own boundary at the KV hit lies above the cut and it
+    is not legal at the cut, it reports lower (never higher), so the answer depends on the
+    order of the pools (SWA legal only at 3, Mamba only at 2, KV hit 3: SWA first gives 2,
+    Mamba first gives 0). It is not `intersect` either: it never goes back to an earlier pool.
+    """
+    running = storage.kv.leading_run(span, now_s)
+    for pool in storage.aux:
+        if running == 0:
+            break
+        running = storage.pool_boundary(pool, span, running, now_s)
+    return running
+
+
+@HIT_QUERIES.register("none")
+def none(storage: Storage, span: Sequence[int], now_s: float) -> int:
+    """Nothing is ever restorable: the shm backend, a stand-in for the shared-memory host
+    allocator, stores nothing (`exists` is False, `batch_exists_v2` reports 0 pages)."""
+    return 0
+
+
+@HIT_QUERIES.register("raises")
+def raises(storage: Storage, span: Sequence[int], now_s: float) -> int:
+    """A backend without a hybrid hit query of its own: a model with no aux pool is asked
+    through `batch_exists` (the KV run); a hybrid one makes the query raise (`HitQueryRaised`),
+    which the release's controller handles (`prefetch.hit_query_error`)."""
+    if storage.aux:
+        raise HitQueryRaised("batch_exists_v2 raised")
+    return storage.kv.leading_run(span, now_s)
+
+
+@HIT_QUERIES.register("min_of_pools_no_swa")
+def min_of_pools_no_swa(storage: Storage, span: Sequence[int], now_s: float) -> int:
+    """`min_of_pools` of a backend that names objects for some pool kinds only (npu_memcache:
+    indexer, Mamba and draft pools): the fold goes pool by pool while pages are left, and an
+    SWA pool reached with pages left raises ("Unsupported hybrid pool")."""
+    kv_hit = running = storage.kv.leading_run(span, now_s)
+    for pool in storage.aux:
+        if running == 0:
+            break
+        if pool.name == "swa":
+            raise HitQueryRaised("no object names for an SWA pool")
+        running = min(running, storage.pool_boundary(pool, span, kv_hit, now_s))
+    return running
+
+
+ZERO_VERDICT_QUERIES = frozenset({"none"})
+"""Hit queries that report no pool's boundary: every pool's beliefs heal past the folded 0."""
+
+RAISING_QUERIES = {"raises": None, "min_of_pools_no_swa": "swa"}
+"""Hit queries that raise for a hybrid model (None) or for a model with this pool."""
+
+
+def no_hit_reason(kind: str, pools: Sequence[str], hit_query_error: str) -> str | None:
+    """Why a hit query cannot serve a model with these pools from storage, if it cannot (what
+    `validate` warns)."""
+    if kind == "none":
+        return "its hit query reports 0 pages for every model, so no prefetch ever reads storage"
+    if kind not in RAISING_QUERIES:
+        return None
+    needs = RAISING_QUERIES[kind]
+    if not any(name != "kv" for name in pools) or (needs is not None and needs not in pools):
+        return None
+    which = "a hybrid model" if needs is None else f"a model with an {needs} pool"
+    if hit_query_error == "stop":
+        return (
+            f"batch_exists_v2 raises for {which} and nothing catches it: the first prefetch "
+            "ends the controller's prefetch thread, and no later prefetch gets an answer"
+        )
+    return (
+        f"batch_exists_v2 raises for {which}; each query counts 0 pages, so no prefetch reads "
+        "storage"
+    )

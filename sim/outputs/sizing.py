@@ -11,7 +11,9 @@ where an aux pool is too small to do its job:
   a prefetch needs one on the host, so a pool that small serializes requests and keeps almost
   nothing for reuse;
 - a bounded storage aux pool smaller than one request's objects (a window's pages, or one
-  Mamba state): nothing written to it can ever be read back whole.
+  Mamba state): nothing written to it can ever be read back whole;
+- a storage backend that, in the scenario's release, cannot serve the model from storage at
+  all (`sim.deployment.profiles.serving_warnings`).
 
 All of it is computed from a resolved scenario document (`scenario_document`, or the mapping
 of `config.resolved.yaml`), so a report can say it of a run long after it ran.
@@ -25,6 +27,7 @@ from typing import Any
 
 from sim.core.documents import value_at
 from sim.core.units import GB, bytes_text, number
+from sim.deployment.profiles import serving_warnings
 from sim.scenario.sizes import size_notes
 
 MIN_WINDOWS = 16
@@ -107,7 +110,7 @@ def sizing_warnings(doc: Mapping[str, Any]) -> list[str]:
                 f"request's {pool} objects ({bytes_text(need)}): nothing written there can be "
                 "read back whole"
             )
-    return warnings
+    return warnings + serving_warnings(doc)
 
 
 def _request_objects(doc: Mapping[str, Any]) -> dict[str, float]:

@@ -33,11 +33,16 @@ from sim.cluster.routing import DEFAULT_ROUTER, ROUTERS
 from sim.core.documents import overlapping
 from sim.core.spec import KeyedError, NonNegFloat, NonNegInt, ScenarioError, Strict
 from sim.deployment.hardware import GPUS
-from sim.deployment.profiles import SGLANG_RELEASES, STORAGE_BACKENDS, refusals
+from sim.deployment.profiles import (
+    SGLANG_RELEASES,
+    STORAGE_BACKENDS,
+    backend_refusal,
+    refusals,
+)
 from sim.deployment.resolve import USER, Sources, leaves
 from sim.heal import RULES
 from sim.model.pools import KV, POOL_KINDS
-from sim.model.prefetch import PREFETCH_POLICIES
+from sim.model.prefetch_policies import PREFETCH_POLICIES
 from sim.model.presets import MODEL_PRESETS
 from sim.model.storage import HIT_QUERIES
 from sim.scenario.errors import describe, field_model
@@ -126,6 +131,10 @@ class Scenario(Strict):
         if release is not None:
             for key, message in refusals(release, pools, self.host.mode):
                 raise KeyedError(key, message)
+            backend = STORAGE_BACKENDS.get(self.storage.backend or "")
+            refused = None if backend is None else backend_refusal(release, backend)
+            if refused is not None:
+                raise KeyedError("storage.backend", refused)
         if "mamba" in pools and self.host.mem_layout == "layer_first":
             raise KeyedError(
                 "host.mem_layout",

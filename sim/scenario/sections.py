@@ -286,7 +286,7 @@ class RetrySpec(Strict):
 
 class PrefetchSpec(Strict):
     policy: str = "timeout"
-    """One of `sim.model.prefetch.PREFETCH_POLICIES`."""
+    """One of `sim.model.prefetch_policies.PREFETCH_POLICIES`."""
     threshold_tokens: NonNegInt = 256
     timeout_base_s: NonNegFloat = 1.0
     timeout_per_ki_token_s: NonNegFloat = 0.25
@@ -319,6 +319,12 @@ class PrefetchSpec(Strict):
     run for it as for any op); `false`: 0.5.23, where a stop at the deadline marks the op
     `deadline_expired` and neither heal runs (a deadline is no evidence that anything is
     missing). A stop under `best_effort` is never a deadline."""
+    hit_query_error: Literal["stop", "miss"] = "stop"
+    """What a hit query that raises out of the backend (`storage.hit_query: raises`, or
+    `min_of_pools_no_swa` with an SWA pool) does: `stop` ends the controller's prefetch thread,
+    so that and every later prefetch get no answer and wait for their policy (SGLang
+    0.5.18-0.5.21; the default); `miss` counts the query 0 pages and prefetching goes on
+    (0.5.22 on)."""
 
 
 class ComputeSpec(Strict):

@@ -259,6 +259,16 @@ _MODULES = (
     "sglang.srt.mem_cache.storage.mooncake_store.mooncake_store",
     "sglang.srt.mem_cache.storage.hf3fs.storage_hf3fs",
     "sglang.srt.mem_cache.storage.nixl.hicache_nixl",
+    "sglang.srt.mem_cache.storage.backend_factory",
+    "sglang.srt.mem_cache.storage.umbp.umbp_store",
+    "sglang.srt.mem_cache.storage.npu_memcache.npu_memcache_store",
+    "sglang.srt.mem_cache.storage.seaweedfs.seaweedfs_store",
+    "sglang.srt.mem_cache.storage.sim_storage",
+    "sglang.srt.mem_cache.storage.shm.hicache_shm",
+    "sglang.srt.mem_cache.storage.tensorcast_store.tensorcast_store",
+    "sglang.srt.mem_cache.storage.aibrix_kvcache.aibrix_kvcache_storage",
+    "sglang.srt.mem_cache.storage.eic.eic_storage",
+    "sglang.srt.mem_cache.storage.simm.hicache_simm",
 )
 """The modules a release's import brings in, where that release has them."""
 
@@ -286,6 +296,15 @@ def module(release: str, name: str) -> types.ModuleType | None:
     release has no such module."""
     full = name if name.startswith("sglang.") else f"sglang.srt.mem_cache.{name}"
     return _loaded(release, REAL).get(full)
+
+
+CONTROLLER = "sglang.srt.managers.cache_controller"
+
+
+def controller(release: str) -> types.ModuleType:
+    """The release's `managers/cache_controller.py` run for real (its prefetch thread), in an
+    import of its own: elsewhere the controller is a stub."""
+    return _loaded(release, (*REAL, CONTROLLER))[CONTROLLER]
 
 
 @contextlib.contextmanager
