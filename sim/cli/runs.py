@@ -69,6 +69,7 @@ def run_cmd(
     sc = load(scenario, overrides, seed)
     refuse_existing(out, force)
     warn_sizes(sc)
+    _warn_horizon(sc)
     with progress(sc, sc.name) as on_progress:
         result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")

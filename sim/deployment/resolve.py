@@ -22,7 +22,13 @@ from sim.core.documents import layered
 from sim.core.spec import KeyedError, ScenarioError
 from sim.deployment.compute import roofline
 from sim.deployment.hardware import GPUS, read_calibration
-from sim.deployment.profiles import ChunkTier, backend_of, release_of
+from sim.deployment.profiles import (
+    ChunkTier,
+    SGLangRelease,
+    backend_of,
+    first_release_setting,
+    release_of,
+)
 from sim.deployment.releases import TIERS_SINCE_0_5_20
 from sim.deployment.sizing import (
     NoRoomForPools,
@@ -127,7 +133,22 @@ def layer_profiles(written: dict[str, Any]) -> Layered:
                 sources.of[key] = label
             elif get(written, key) != value:
                 sources.of[key] = f"{USER}; {label} has {show_value(value)}"
+    if release is not None:
+        _note_settings_the_release_lacks(written, release, sources)
     return Layered(layered(below, written), sources, problems)
+
+
+def _note_settings_the_release_lacks(
+    written: dict[str, Any], release: SGLangRelease, sources: Sources
+) -> None:
+    """A key a later release sets and this one has no such setting for (0.5.18 with
+    `prefetch.retry.deadline_cancels`): the value is a what-if, and the note says so."""
+    own = {s.key for s in release.settings}
+    for key in leaves(written):
+        since = None if key in own else first_release_setting(key)
+        if since is not None and sources[key] == USER:
+            why = f"no such setting (the releases from {since} on set it)"
+            sources.of[key] = f"{USER}; {release.label} has {why}"
 
 
 def show_value(value: Any) -> str:

@@ -1,0 +1,135 @@
+"""Hostile and newcomer input on the release, compute, target and generator surfaces: each ends
+in a clear error (exit 2, the file and key named, nothing written) or the right answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sim.outputs.overload import overload_reasons
+from tests.conftest import invoke, make_doc, ok
+from tests.test_deployments import deployment_doc
+
+
+def _write(path: Path, doc: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("prefetch.heal_after_deadline", 1.0),
+        ("prefetch.retry.short_spans", "yes"),
+        ("prefetch.retry.deadline_cancels", 0),
+        ("prefetch.retry.head_exempt", "false"),
+        ("storage.write_dedup", 1),
+        ("storage.failed_put_torn", "no"),
+    ],
+)
+def test_a_boolean_key_takes_true_or_false_only(tmp_path: Path, key: str, value: Any) -> None:
+    path = _write(tmp_path / "s.yaml", make_doc(**{key: value}))
+    told = invoke("validate", str(path))
+    assert told.exit_code == 2
+    assert f"{path}: {key}: must be true or false (got {value!r}" in told.output
+
+
+def test_every_key_a_release_lacks_is_told_as_a_what_if(tmp_path: Path) -> None:
+    """0.5.18 has no retries at all: a key only later releases set is the scenario's own, and
+    `validate` and the resolved configuration say so as for a key that differs."""
+    doc = deployment_doc(
+        **{
+            "server.sglang": "0.5.18",
+            "prefetch.retry.max_attempts": 4,
+            "prefetch.retry.deadline_cancels": True,
+            "prefetch.retry.short_spans": True,
+        }
+    )
+    told = ok(invoke("validate", str(_write(tmp_path / "s.yaml", doc))))
+    notes = [line for line in told.output.splitlines() if line.startswith("note: prefetch.")]
+    assert "note: prefetch.retry.max_attempts = 4 is the scenario's own; sglang 0.5.18 has 0" in (
+        notes
+    )
+    for key in ("deadline_cancels", "short_spans"):
+        assert (
+            f"note: prefetch.retry.{key} = true is the scenario's own; sglang 0.5.18 has no such "
+            "setting (the releases from 0.5.19 on set it)"
+        ) in notes
+    ok(invoke("validate", str(_write(tmp_path / "t.yaml", deployment_doc()))))
+    quiet = ok(invoke("validate", str(_write(tmp_path / "u.yaml", {**doc, "server": {}}))))
+    assert "no such setting" not in quiet.output
+
+
+@pytest.mark.parametrize("value", [1e308, 1e7])
+def test_decode_speed_is_bounded_as_prefill_is(tmp_path: Path, value: float) -> None:
+    path = _write(tmp_path / "s.yaml", make_doc(**{"compute.decode_ms_per_token": value}))
+    told = invoke("validate", str(path))
+    assert told.exit_code == 2 and f"{path}: compute.decode_ms_per_token" in told.output
+    assert "less than or equal to 1000000" in told.output
+
+
+def test_a_decode_bound_run_is_told_to_change_the_decode_speed() -> None:
+    from sim.outputs.overload import fix_for
+
+    summary = {"requests": 1000, "requests_unfinished": 50, "prompt_tokens": 10, "ttft_p50_s": 0.1}
+    reasons = overload_reasons(summary, prefill_tokens_per_s=1000.0, window_s=600.0)
+    assert len(reasons) == 1 and "compute.decode_ms_per_token" in reasons[0]
+    assert "compute.decode_ms_per_token" in fix_for(reasons)
+    queued = overload_reasons({**summary, "ttft_p50_s": 30.0}, 1000.0, 600.0)
+    assert "compute.prefill_tokens_per_s" in fix_for(queued)
+
+
+TP_LOAD = {
+    "duration_s": 40,
+    "warmup_s": 0,
+    "workload.requests": 800,
+    "workload.prefixes": 800,
+    "workload.arrival_rate_per_s": 60,
+    "workload.prefix_tokens": 4000,
+}
+"""58,000 prompt tokens/s to prefill: over tp 1's roofline of gpt-oss-120b on an h200 (35,186),
+well under tp 8's (281,487)."""
+
+
+def test_each_point_is_judged_by_its_own_prefill_rate(tmp_path: Path) -> None:
+    """tp 8 re-derives the prefill rate; judged against tp 1's, its healthy run was called
+    overloaded by the sweep's warning and by capacity.json."""
+    doc = deployment_doc(**TP_LOAD)
+    doc["sweep"] = {"grid": {"server.tp_size": [1, 8]}, "seeds": 1}
+    path = _write(tmp_path / "s.yaml", doc)
+    told = ok(invoke("sweep", str(path), "--executor", "serial", "--out", str(tmp_path / "s")))
+    assert "1 of 2 runs of this sweep were overloaded (first at server.tp_size=1" in told.stderr
+    record = json.loads(next((tmp_path / "s" / "tasks").glob("*.json")).read_text())
+    assert set(record["resolved"]) >= {"compute.prefill_tokens_per_s", "duration_s"}
+    ok(
+        invoke(
+            "capacity", str(path), "--param", "server.tp_size", "--target", "requests>=1",
+            "--values", "8", "--seeds", "2", "--executor", "serial", "--out", str(tmp_path / "c"),
+        )
+    )  # fmt: skip
+    saved = json.loads((tmp_path / "c" / "capacity.json").read_text())
+    assert saved["answer"] == 8 and saved["overloaded"] is None
+
+
+def test_run_warns_as_validate_does_when_the_horizon_ends_before_the_trace(
+    tmp_path: Path,
+) -> None:
+    records = [
+        {"timestamp": ms, "input_length": 512, "output_length": 4, "hash_ids": [1]}
+        for ms in (0, 1000, 90_000)
+    ]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    doc = make_doc(
+        duration_s=60,
+        warmup_s=0,
+        workload={"kind": "mooncake", "path": str(trace), "block_tokens": 512},
+    )
+    path = _write(tmp_path / "s.yaml", doc)
+    said = "warning: duration_s 60 ends before the trace: 1 of its 3 requests arrive after it"
+    assert said in ok(invoke("validate", str(path))).stderr
+    assert said in ok(invoke("run", str(path), "--out", str(tmp_path / "r"))).stderr
