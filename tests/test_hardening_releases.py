@@ -133,3 +133,149 @@ def test_run_warns_as_validate_does_when_the_horizon_ends_before_the_trace(
     said = "warning: duration_s 60 ends before the trace: 1 of its 3 requests arrive after it"
     assert said in ok(invoke("validate", str(path))).stderr
     assert said in ok(invoke("run", str(path), "--out", str(tmp_path / "r"))).stderr
+
+
+def _capacity(scenario: Path, out: Path, target: str, *more: str) -> Any:
+    return invoke(
+        "capacity", str(scenario), "--param", "device.swa_pages", "--target", target,
+        "--values", "400,800", "--seeds", "2", "--executor", "serial", "--out", str(out), *more,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    from tests.conftest import TINY_SWEEP
+
+    return _write(tmp_path / "tiny.yaml", make_doc(**TINY_SWEEP))
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        ("l3_loaded_rate>=95@1000", "for 95 % write l3_loaded_rate>=95%@1000"),
+        ("l3_loaded_rate=>95%@1000", "must look like METRIC>=VALUE"),
+        ("l3_loaded_rate>=95%@", "names no reference point"),
+        ("l3_loaded_rate>=95%@unbounded", "device.swa_pages=unbounded (null) is refused"),
+        ("l3_loaded_rate>=400%@1000", "is never met; ask a smaller share"),
+    ],
+)
+def test_a_refused_relative_target_is_one_clear_error_and_leaves_nothing(
+    tiny: Path, target: str, said: str
+) -> None:
+    """The last is refused only once its reference is measured (4 x a rate of 0.37)."""
+    out = tiny.parent / "c"
+    told = _capacity(tiny, out, target)
+    assert told.exit_code == 2 and said in told.output, told.output
+    assert "only `hicache-sim capacity --target` runs" not in told.output
+    assert len([line for line in told.output.splitlines() if "--target" in line]) == 1
+    assert not out.exists(), list(out.rglob("*"))
+
+
+def test_a_relative_target_within_range_still_searches(tiny: Path) -> None:
+    told = ok(_capacity(tiny, tiny.parent / "c", "l3_loaded_rate>=90%@1000"))
+    assert "so l3_loaded_rate>=90%@1000 is l3_loaded_rate>=0.32" in told.output
+    assert (tiny.parent / "c" / "capacity.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("sweep.target=foo>=1", "sweep.target: unknown metric 'foo'"),
+        ("sweep.target=l3_loaded_rate>=95", "sweep.target: 'l3_loaded_rate>=95'"),
+        ('sweep.grid={"nope": [1]}', "sweep.grid.nope: unknown key"),
+    ],
+)
+@pytest.mark.parametrize("command", ["validate", "sweep"])
+def test_a_sweep_key_set_on_the_command_line_is_told_under_set(
+    tiny: Path, setting: str, key: str, command: str
+) -> None:
+    doc = yaml.safe_load(tiny.read_text())
+    doc["sweep"] = {"grid": {"device.swa_pages": [400, 800]}}
+    _write(tiny, doc)
+    more = ["--out", str(tiny.parent / "s")] if command == "sweep" else []
+    told = invoke(command, str(tiny), "--set", setting, *more)
+    assert told.exit_code == 2 and f"--set: {key}" in told.output, told.output
+    assert str(tiny) not in told.output
+    assert not (tiny.parent / "s").exists()
+
+
+def _table(*pages: Path) -> Any:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    return subprocess.run(
+        [sys.executable, "-m", "sim.deployment.table", *map(str, pages)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+
+
+MARKED = (
+    "# page\n<!-- releases table: start -->\nSTALE ROWS\n<!-- releases table: end -->\ntail kept\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.mkdir(), "is a folder"),
+        (lambda p: p.write_bytes(b"\xff\xfe<!-- releases table: start -->"), "is not UTF-8 text"),
+        (lambda p: p.write_text("# no markers\n"), "holds none of the table markers"),
+        (
+            lambda p: p.write_text("a\n<!-- releases table: start -->\nSTALE ROWS\nthe rest\n"),
+            "has no '<!-- releases table: end -->'",
+        ),
+        (
+            lambda p: p.write_text(
+                MARKED.replace("start", "x").replace("end", "start").replace("x", "end")
+            ),
+            "end marker comes before its start marker",
+        ),
+        (lambda p: p.write_text(MARKED + MARKED), "appear more than once"),
+    ],
+    ids=["missing", "folder", "not-utf8", "no-markers", "no-end", "reversed", "twice"],
+)
+def test_the_table_writer_refuses_a_page_it_would_mangle(
+    tmp_path: Path, make: Any, said: str
+) -> None:
+    page = tmp_path / "page.md"
+    make(page)
+    before = page.read_bytes() if page.is_file() else None
+    good = tmp_path / "good.md"
+    good.write_text(MARKED)
+    done = _table(good, page)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and f"{page}:" in done.stderr
+    assert good.read_text() == MARKED, "a page was written before every page was checked"
+    assert (page.read_bytes() if page.is_file() else None) == before
+
+
+def test_the_table_writer_never_writes_through_a_link_and_replaces_a_page_whole(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "target.md"
+    target.write_text(MARKED)
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    done = _table(link)
+    assert done.returncode == 2 and "symbolic link" in done.stderr
+    assert target.read_text() == MARKED
+    page = tmp_path / "page.md"
+    page.write_text(MARKED)
+    page.chmod(0o640)
+    inode = page.stat().st_ino
+    assert _table(page).returncode == 0
+    text = page.read_text()
+    assert (
+        "| `prefetch.policy` |" in text
+        and text.endswith("tail kept\n")
+        and "STALE ROWS" not in text
+    )
+    assert page.stat().st_ino != inode and page.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

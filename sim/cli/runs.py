@@ -20,6 +20,7 @@ from sim.cli.app import (
     out_option,
     reading,
     set_option,
+    sweep_tasks,
     trace_requests,
     warn_overload,
     warn_sizes,
@@ -196,9 +197,7 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     requests = trace_requests(sc)
     extra = f", trace {path} ({requests} requests)" if path is not None else ""
     if sc.sweep is not None:
-        from sim.studies.grid import plan
-
-        extra += f", sweep of {len(plan(sc, scenario)):,} runs"
+        extra += f", sweep of {len(sweep_tasks(sc, scenario, overrides)):,} runs"
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
     _print_sources(sc)
     _warn_made_up_compute(sc)
