@@ -279,3 +279,58 @@ def test_the_table_writer_never_writes_through_a_link_and_replaces_a_page_whole(
     )
     assert page.stat().st_ino != inode and page.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_the_real_sglang_venv_is_stale_when_any_pin_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.real_sglang import install
+
+    for name in install.VENV_INPUTS:
+        (tmp_path / name).write_text((install.HERE / name).read_text())
+    monkeypatch.setattr(install, "HERE", tmp_path)
+    stamp = tmp_path / ".installed"
+    assert install.main(["venv", str(stamp)]) == 0
+    assert install._state(stamp, install.venv_stamp(), write=False) == "stale"
+    install._state(stamp, install.venv_stamp(), write=True)
+    assert install._state(stamp, install.venv_stamp(), write=False) == "fresh"
+    for name in install.VENV_INPUTS:
+        before = (tmp_path / name).read_text()
+        (tmp_path / name).write_text(before.replace("==", "==9", 1))
+        assert install._state(stamp, install.venv_stamp(), write=False) == "stale", name
+        (tmp_path / name).write_text(before)
+    wheel = "x/sglang-0.5.19-py3-none-any.whl"
+    install._state(stamp, install.release_stamp("0.5.19", wheel), write=True)
+    assert install._state(stamp, install.release_stamp("0.5.19", wheel), False) == "fresh"
+    monkeypatch.setitem(install.RELEASE_PINS, "0.5.19", ("xgrammar==9.9",))
+    assert install._state(stamp, install.release_stamp("0.5.19", wheel), False) == "stale"
+    other = wheel.replace("py3", "cp311")
+    assert install._state(stamp, install.release_stamp("0.5.19", other), False) == "stale"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--releases", "0.5.99"], "--releases: no case runs on '0.5.99'"),
+        (["-k", "no-such-case"], "-k 'no-such-case' selects no case"),
+        (["--releases", "0.5.23", "-k", "no-such-case"], "selects no case of 0.5.23"),
+    ],
+)
+def test_the_real_sglang_tier_refuses_a_selection_of_nothing_before_installing(
+    args: list[str], said: str
+) -> None:
+    import subprocess
+
+    from tests.conftest import REPO
+    from tests.real_sglang.__main__ import main
+
+    assert main(args) == 2
+    done = subprocess.run(
+        ["bash", str(REPO / "tests" / "real_sglang" / "run.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "passed" not in done.stdout
