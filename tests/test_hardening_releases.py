@@ -115,6 +115,22 @@ def test_each_point_is_judged_by_its_own_prefill_rate(tmp_path: Path) -> None:
     assert saved["answer"] == 8 and saved["overloaded"] is None
 
 
+def test_a_plan_answer_at_tp_8_is_not_judged_by_tp_1s_prefill_rate(tmp_path: Path) -> None:
+    doc = deployment_doc(**TP_LOAD)
+    doc["storage"] = {"pools": {"kv": {"capacity_gb": 1.0}, "swa": {"capacity_gb": 0.1}}}
+    doc["costs"] = {"gpu_hour_usd": {"h200": 3.0}, "storage_gb_month_usd": {"kv": 1, "swa": 1}}
+    told = ok(
+        invoke(
+            "plan", str(_write(tmp_path / "p.yaml", doc)), "--axis", "server.tp_size=1,8",
+            "--target", "ttft_p50_s<=1", "--seeds", "2", "--executor", "serial",
+            "--out", str(tmp_path / "p"),
+        )
+    )  # fmt: skip
+    saved = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert saved["answer"]["values"] == {"server.tp_size": 8} and saved["overloaded"] is None
+    assert "2 of 4 runs of this plan were overloaded (first at server.tp_size=1" in told.stderr
+
+
 def test_run_warns_as_validate_does_when_the_horizon_ends_before_the_trace(
     tmp_path: Path,
 ) -> None:
