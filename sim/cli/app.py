@@ -99,6 +99,20 @@ def load(
     return scenario
 
 
+def sweep_tasks(
+    scenario: Scenario, path: str, overrides: tuple[str, ...], seeds: int | None = None
+) -> list[Any]:
+    """The sweep's tasks (`sim.studies.grid.plan`); a refused target or grid point that a
+    `--set` wrote is told under `--set`, not under the file."""
+    from sim.scenario.loading import from_overrides
+    from sim.studies.grid import plan
+
+    try:
+        return plan(scenario, path, seeds)
+    except ScenarioError as exc:
+        raise from_overrides(exc, overrides) from None
+
+
 def warn_sizes(scenario: Scenario) -> None:
     """Sizes the schema takes but that cannot work (sim.outputs.sizing), on stderr."""
     from sim.outputs.sizing import sizing_warnings

@@ -20,6 +20,7 @@ from sim.cli.app import (
     out_option,
     reading,
     set_option,
+    sweep_tasks,
     trace_requests,
     warn_overload,
     warn_sizes,
@@ -69,6 +70,7 @@ def run_cmd(
     sc = load(scenario, overrides, seed)
     refuse_existing(out, force)
     warn_sizes(sc)
+    _warn_horizon(sc)
     with progress(sc, sc.name) as on_progress:
         result = run(sc, storage_trace=storage_trace, on_progress=on_progress)
     target = out or default_out(RESULTS_ROOT, sc.name, "run")
@@ -235,9 +237,7 @@ def validate_cmd(scenario: str, overrides: tuple[str, ...]) -> None:
     requests = trace_requests(sc)
     extra = f", trace {path} ({requests} requests)" if path is not None else ""
     if sc.sweep is not None:
-        from sim.studies.grid import plan
-
-        extra += f", sweep of {len(plan(sc, scenario)):,} runs"
+        extra += f", sweep of {len(sweep_tasks(sc, scenario, overrides)):,} runs"
     click.echo(f"{scenario}: valid ({sc.name}, heal={sc.heal}{extra})")
     _print_sources(sc)
     _warn_made_up_compute(sc)

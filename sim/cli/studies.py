@@ -20,6 +20,7 @@ from sim.cli.app import (
     load,
     out_option,
     set_option,
+    sweep_tasks,
     warn_sizes,
     warn_study_overload,
 )
@@ -65,7 +66,6 @@ def sweep_cmd(
     from sim.outputs.results import meta, resolved_yaml
     from sim.results.directories import default_out
     from sim.studies.executors import check_scheduler_address, connect_scheduler
-    from sim.studies.grid import plan
     from sim.studies.sweep import run_sweep, staging_dir
     from sim.studies.tasks import finished_runs
 
@@ -77,7 +77,7 @@ def sweep_cmd(
         check_scheduler_address(scheduler)
     sc = load(scenario, overrides, scan_trace=False)
     warn_sizes(sc)
-    tasks = plan(sc, scenario, seeds)
+    tasks = sweep_tasks(sc, scenario, overrides, seeds)
     target = out or default_out(RESULTS_ROOT, sc.name, "sweep")
     provenance = {
         "scenario": sc.name,
@@ -342,8 +342,11 @@ class Question:
         param_ok = self.attempt(check_param, self.scenario, self.param) is None and not any(
             key == "--param" for key, _ in self.problems
         )
-        if self.attempt(check_relative, self.scenario, self.param, target) is None:
+        relative = self.attempt(check_relative, self.scenario, self.param, target)
+        if relative is None and "@" not in target:
             self.attempt(check_target, self.scenario, target)
+        elif relative is not None and param_ok:
+            self.attempt(check_value, self.scenario, self.param, relative[3], "--target")
         option = "--values" if values is not None else "--range"
         texts = split_values(values) if values is not None else list(bounds or ())
         numbers = self.attempt(self._quantities, option, texts)

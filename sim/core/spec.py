@@ -71,6 +71,8 @@ NonNegInt = Annotated[int, Field(strict=True, ge=0)]
 Probability = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
 PositiveFloat = Annotated[float, Field(strict=True, gt=0.0)]
 NonNegFloat = Annotated[float, Field(strict=True, ge=0.0)]
+Flag = Annotated[bool, Field(strict=True)]
+"""true or false only: a lax bool would take `1.0` or `"yes"` and run with it."""
 
 MIN_INTERVAL_S = 1e-3
 IntervalS = Annotated[float, Field(strict=True, ge=MIN_INTERVAL_S, le=1e9)]

@@ -99,10 +99,31 @@ def parse_relative(text: str) -> tuple[str, str, float, str] | None:
             f"{text!r} names no reference point after '@' (give e.g. "
             f"{head.strip()}@unbounded, or a value of the searched key such as @100GB)"
         )
-    metric, op, share, _ = _parse(head)
+    metric, op, share, percent = _parse(head)
     if share <= 0:
         raise ValueError(f"the share {share:g} in {text!r} must be above 0 (e.g. 95%)")
+    if not percent and share > 1 and metric_range(metric)[1] == 1.0:
+        raise ValueError(
+            f"{text!r}: a factor of {share:g} of a rate without '%' is likely a percentage "
+            f"without its sign; for {share:g} % write {metric}{op}{share:g}%@{reference.strip()} "
+            f"or {metric}{op}{share / 100:g}@{reference.strip()}"
+        )
     return metric, op, share, reference.strip()
+
+
+def check_resolved(text: str, metric: str, op: str, share: float, mean: float) -> float:
+    """A relative target's bound once its reference is measured (`share` x `mean`), refused as
+    an absolute one outside the metric's range is (`l3_loaded_rate>=400%@unbounded` asks for a
+    rate above 1 wherever the reference's rate is above 0.25)."""
+    bound = share * mean
+    low, high = metric_range(metric)
+    if low <= bound <= high:
+        return bound
+    raise ValueError(
+        f"{text!r} becomes {metric}{op}{bound:.6g} ({share:.4g} x the reference's mean "
+        f"{mean:.4g}), but {metric} lies between {low:g} and {high:g}, so it is "
+        f"{'never' if (op == '>=') == (bound > high) else 'always'} met; ask a smaller share"
+    )
 
 
 def _parse(text: str) -> tuple[str, str, float, bool]:

@@ -226,6 +226,11 @@ def serving_warnings(doc: Mapping[str, Any]) -> list[str]:
     return [f"storage.backend {backend.name} in {server} cannot serve this model: {reason}"]
 
 
+def first_release_setting(key: str) -> str | None:
+    """The oldest release whose profile sets `key` (None: no release does)."""
+    return _first_release(lambda other: any(s.key == key for s in other.settings))
+
+
 def _first_release(accepts: Any) -> str | None:
     for name in release_names():
         if accepts(SGLANG_RELEASES[name]):

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from sim.core.documents import layered
-from sim.core.spec import KeyedError, ScenarioError
+from sim.core.spec import KeyedError
 from sim.deployment.compute import roofline
 from sim.deployment.fitting import ServerMemory, what_fits
-from sim.deployment.hardware import GPUS, gpu_named, read_calibration
 from sim.deployment.host_sizing import NoHostMemory, auto_ratio
-from sim.deployment.profiles import ChunkTier, backend_of, release_of
+from sim.deployment.profiles import (
+    ChunkTier,
+    backend_of,
+    release_of,
+)
 from sim.deployment.releases import TIERS_SINCE_0_5_20
 from sim.deployment.sizing import (
     NoRoomForPools,
@@ -98,76 +99,11 @@ def put(doc: dict[str, Any], key: str, value: Any) -> None:
     node[leaf] = value
 
 
-@dataclass
-class Layered:
-    """A document with the profiles it names layered under it."""
-
-    doc: dict[str, Any]
-    sources: Sources
-    problems: list[tuple[str, str]]
-
-
-def layer_profiles(written: dict[str, Any]) -> Layered:
-    """The release, backend and hardware layers under what the document writes."""
-    _canonical_gpu(written)
-    sources = Sources({key: USER for key in leaves(written)})
-    problems: list[tuple[str, str]] = []
-    layers: list[tuple[str, dict[str, Any]]] = []
-    release, backend = release_of(written), backend_of(written)
-    if release is not None:
-        layers.append((release.label, {s.key: s.value for s in release.settings}))
-    if backend is not None:
-        layers.append((backend.label, {s.key: s.value for s in backend.settings_for(release)}))
-    hardware = _hardware_layer(written, problems)
-    if hardware is not None:
-        layers.append(hardware)
-    below: dict[str, Any] = {}
-    for label, values in layers:
-        for key, value in values.items():
-            put(below, key, value)
-            if not has(written, key):
-                sources.of[key] = label
-            elif get(written, key) != value:
-                sources.of[key] = f"{USER}; {label} has {show_value(value)}"
-    return Layered(layered(below, written), sources, problems)
-
-
-def _canonical_gpu(written: dict[str, Any]) -> None:
-    """`hardware.gpu` as a person writes it (`H200`, `H200-SXM`) becomes the profile's name."""
-    section = written.get("hardware")
-    name = section.get("gpu") if isinstance(section, dict) else None
-    if isinstance(name, str) and name not in GPUS and gpu_named(name) is not None:
-        section["gpu"] = gpu_named(name)  # type: ignore[index]
-
-
 def show_value(value: Any) -> str:
     """A value as the resolved configuration writes it (null, true, 0.16)."""
     return (
         "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
     )
-
-
-def _hardware_layer(
-    written: dict[str, Any], problems: list[tuple[str, str]]
-) -> tuple[str, dict[str, Any]] | None:
-    section = written.get("hardware")
-    if not isinstance(section, dict):
-        return None
-    calibration = section.get("calibration")
-    if isinstance(calibration, str):
-        path = Path(calibration)
-        try:
-            found = read_calibration(path)
-        except ScenarioError as exc:
-            problems.append(("hardware.calibration", str(exc)))
-            return None
-        values = {f"hardware.{k}": v for k, v in found.values().items()}
-        return f"calibration {path.name}", values
-    name = section.get("gpu")
-    gpu = GPUS.get(name) if isinstance(name, str) else None
-    if gpu is None:
-        return None
-    return gpu.label, {f"hardware.{k}": v for k, v in gpu.values().items()}
 
 
 class Derivation:

@@ -7,8 +7,14 @@ registries.
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
+import tempfile
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
+from sim.core.safe_io import UnreadableFile, read_text_bounded
 from sim.deployment.compute import gpu_table, model_table, roofline_table
 from sim.deployment.profiles import (
     SGLANG_RELEASES,
@@ -95,7 +101,7 @@ TABLES = {
 def write_into(text: str) -> str:
     """`text` with every `<!-- NAME table: start -->` ... `end -->` block made anew."""
     for name, make in TABLES.items():
-        start, end = f"<!-- {name} table: start -->", f"<!-- {name} table: end -->"
+        start, end = _markers(name)
         before, found, rest = text.partition(start)
         if found:
             _, _, after = rest.partition(end)
@@ -103,13 +109,88 @@ def write_into(text: str) -> str:
     return text
 
 
-if __name__ == "__main__":
-    import sys
-    from pathlib import Path
+class PageError(ValueError):
+    """A page the tables cannot be written into: the message names why."""
 
-    if len(sys.argv) > 1:
-        for doc in map(Path, sys.argv[1:]):
-            doc.write_text(write_into(doc.read_text()))
-    else:
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name} table: start -->", f"<!-- {name} table: end -->"
+
+
+def check_markers(text: str) -> None:
+    """Refuse a page whose blocks `write_into` would mangle: none at all (nothing to write), a
+    start without its end or after it (the rest of the page would be dropped), or a block
+    twice (the second would go stale)."""
+    found = 0
+    for name in TABLES:
+        start, end = _markers(name)
+        starts, ends = text.count(start), text.count(end)
+        if starts > 1 or ends > 1:
+            raise PageError(f"the {name} table's markers appear more than once")
+        if starts != ends:
+            missing = end if starts else start
+            raise PageError(f"the {name} table has no {missing!r} to pair with the other marker")
+        if starts and text.index(end) < text.index(start):
+            raise PageError(f"the {name} table's end marker comes before its start marker")
+        found += starts
+    if not found:
+        names = ", ".join(TABLES)
+        raise PageError(f"holds none of the table markers ({names}); nothing to write into")
+
+
+def read_page(path: Path) -> str:
+    """A page's text, refused (PageError) unless it is a regular UTF-8 file reached without a
+    symbolic link, with well-formed markers."""
+    if path.is_symlink():
+        raise PageError("is a symbolic link; the tables are never written through one")
+    try:
+        text = read_text_bounded(path)
+    except FileNotFoundError:
+        raise PageError("no such file") from None
+    except UnreadableFile as exc:
+        raise PageError(str(exc).removeprefix(f"{path} ")) from None
+    except UnicodeDecodeError:
+        raise PageError("is not UTF-8 text") from None
+    except OSError as exc:
+        raise PageError(f"cannot be read: {exc.strerror or exc}") from None
+    check_markers(text)
+    return text
+
+
+def write_page(path: Path, text: str) -> None:
+    """Into a temporary file beside `path`, then moved over it: a reader never sees half a
+    page, and the page keeps its permissions."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Print the release and backend tables, or (pages named) write every table into each
+    page; every page is checked before any is written, and a refused one exits 2."""
+    if not argv:
         print(releases_table(), end="\n\n")
         print(backends_table())
+        return 0
+    pages: list[tuple[Path, str]] = []
+    for name in argv:
+        path = Path(name)
+        try:
+            pages.append((path, write_into(read_page(path))))
+        except PageError as exc:
+            print(f"error: {path}: {exc}", file=sys.stderr)
+            return 2
+    for path, text in pages:
+        write_page(path, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -27,6 +27,17 @@ _FIX = (
     "raise compute.prefill_tokens_per_s to what the deployment's GPU does, add servers "
     "(cluster.instances), or shorten the workload"
 )
+_DECODE_FIX = (
+    "lower compute.decode_ms_per_token to what the deployment's GPU does, shorten the outputs "
+    "(the workload's output tokens), or lengthen duration_s"
+)
+DECODE_BOUND = "compute.decode_ms_per_token"
+"""Named by the reason of a run whose prefill kept up but whose requests did not finish."""
+
+
+def fix_for(reasons: list[str]) -> str:
+    """What to change: the decode speed for a decode-bound run, else the prefill side."""
+    return _DECODE_FIX if any(DECODE_BOUND in reason for reason in reasons) else _FIX
 
 
 def overload_reasons(
@@ -57,11 +68,19 @@ def overload_reasons(
     ttft = _number(summary.get("ttft_p50_s"))
     if ttft > TTFT_P50_LIMIT_S:
         reasons.append(f"TTFT p50 is {ttft:,.1f} s (above {TTFT_P50_LIMIT_S:g} s: a queue)")
+    judged = bool(prefill_tokens_per_s) and window_s > 0
+    if judged and len(reasons) == 1 and reasons[0].endswith("never finished"):
+        reasons[0] += (
+            f" while prefill kept up (TTFT p50 {ttft:,.2f} s): the decode, output tokens x "
+            f"{DECODE_BOUND}, outlasts the run"
+        )
     return reasons
 
 
-_SETTINGS = ("compute.prefill_tokens_per_s", "cluster.instances", "duration_s", "warmup_s")
-"""The scenario keys the check reads, which a sweep point may set."""
+SETTINGS = ("compute.prefill_tokens_per_s", "cluster.instances", "duration_s", "warmup_s")
+"""The scenario keys the check reads, which a sweep point may set or change through another
+key (`server.tp_size` or `hardware.gpu` re-derive the prefill rate): a study's run record keeps
+them as its point resolved them (`resolved`), and the check reads those first."""
 
 
 def config_overload(
@@ -70,8 +89,8 @@ def config_overload(
     """`overload_reasons` with the rate and the measured window read from a resolved scenario
     document (a run directory's config.resolved.yaml, or `scenario_document`), under a sweep
     point's own values of those keys. A cluster's servers prefill side by side."""
-    values = {key: get(dict(config), key) for key in _SETTINGS} | {
-        key: value for key, value in (point or {}).items() if key in _SETTINGS
+    values = {key: get(dict(config), key) for key in SETTINGS} | {
+        key: value for key, value in (point or {}).items() if key in SETTINGS
     }
     rate = values["compute.prefill_tokens_per_s"]
     servers = values["cluster.instances"] if _number(values["cluster.instances"]) >= 1 else 1
@@ -93,7 +112,7 @@ def study_overload(tasks: Path, config: Mapping[str, Any], what: str) -> str | N
         if not isinstance(summary, Mapping) or not isinstance(point, Mapping):
             continue
         total += 1
-        reasons = config_overload(summary, config, point)
+        reasons = config_overload(summary, config, _as_resolved(record, point))
         if reasons:
             overloaded += 1
             if not first:
@@ -103,8 +122,17 @@ def study_overload(tasks: Path, config: Mapping[str, Any], what: str) -> str | N
         return None
     return (
         f"{overloaded:,} of {total:,} runs of this {what} were overloaded ({first}). Their "
-        f"storage figures describe a queue, and an answer from them sizes the wrong thing: {_FIX}"
+        "storage figures describe a queue, and an answer from them sizes the wrong thing: "
+        f"{fix_for([first])}"
     )
+
+
+def _as_resolved(record: Mapping[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:
+    """A run record's point with the values its own scenario resolved (a record written
+    before they were kept: the point as swept)."""
+    resolved = record.get("resolved")
+    own = resolved if isinstance(resolved, Mapping) else {}
+    return {**point, **{key: own[key] for key in SETTINGS if key in own}}
 
 
 def answer_overload(
@@ -128,20 +156,21 @@ def answer_overload(
         if set(point) != set(values) or any(point[k] != v for k, v in values.items()):
             continue
         runs += 1
-        reasons = config_overload(summary, config, point)
+        reasons = config_overload(summary, config, _as_resolved(record, point))
         if reasons:
             warnings.append(f"seed {record.get('seed')}: {'; '.join(reasons)}")
     if not warnings:
         return None
+    fix = fix_for(warnings)
     return {
         "runs": len(warnings),
         "of": runs,
         "warnings": warnings,
-        "fix": _FIX,
+        "fix": fix,
         "statement": (
             f"{len(warnings):,} of the answer's {runs:,} runs were overloaded "
             f"({warnings[0]}). Their storage figures describe a queue, and the answer sizes the "
-            f"wrong thing: {_FIX}"
+            f"wrong thing: {fix}"
         ),
     }
 
@@ -166,7 +195,7 @@ def overload_warning(reasons: list[str], where: str = "the run") -> str | None:
         return None
     return (
         f"{where} was overloaded: {'; '.join(reasons)}. Its storage figures describe a queue: "
-        f"{_FIX}"
+        f"{fix_for(reasons)}"
     )
 
 

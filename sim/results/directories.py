@@ -317,9 +317,16 @@ def replaced_at_end(target: Path, replace: bool) -> Iterator[Path]:
     """Where a search writes: `target` itself, or (`replace`: `--force` over another result)
     a staging sibling that replaces `target` only when the block ends normally, as `run
     --force` does; an interrupted or failed search leaves the old result as it was and its own
-    runs nowhere."""
+    runs nowhere. A search refused part way (a relative target whose reference makes it
+    unreachable) into a `target` it created leaves no `target` behind."""
     if not replace:
-        yield target
+        fresh = not target.exists() and not target.is_symlink()
+        try:
+            yield target
+        except ScenarioError:
+            if fresh:  # a refusal mid-search writes nothing, as one before it does
+                shutil.rmtree(target, ignore_errors=True)
+            raise
         return
     remove_stale_staging(target.parent)
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent))

@@ -33,7 +33,7 @@ def describe(err: Any, doc: dict[str, Any], schema: Any) -> tuple[str | None, st
         return key, "unknown key" + (f"; did you mean {guess!r}?" if guess else "")
     if kind == "missing":
         return key, "required key is missing"
-    message = err["msg"]
+    message = "must be true or false" if kind in ("bool_type", "bool_parsing") else err["msg"]
     if kind == "union_tag_invalid":
         ctx = err.get("ctx", {})
         key = f"{key}.{str(ctx.get('discriminator', '')).strip(chr(39))}"

@@ -28,7 +28,8 @@ from sim.core.documents import (
 from sim.core.safe_io import UnreadableFile, check_regular
 from sim.core.spec import COMMAND_LINE_SET, ScenarioError
 from sim.deployment.kv_dtype import fill_dsa_kv_cache
-from sim.deployment.resolve import Sources, derive, has, layer_profiles, leaves
+from sim.deployment.layering import layer_profiles
+from sim.deployment.resolve import Sources, derive, has, leaves
 from sim.model.presets import MODEL_PRESETS
 from sim.scenario.errors import describe, mapping
 from sim.scenario.schema import (
@@ -202,16 +203,31 @@ def _labelled(exc: ScenarioError, overridden: list[str], doc: dict[str, Any]) ->
     """The same problems, each under the input it came from: a key set with `--set` is the
     command line's (`--set device.kv_pages: ...`), not the file's; and a trace file that is
     missing is told beside the schema's problems rather than after they are fixed."""
-    problems = []
-    for key, message in exc.problems:
+    problems = _under_set(exc.problems, overridden)
+    trace = _missing_trace(doc)
+    if trace and not any(k and k.endswith("workload.path") for k, _ in problems):
+        problems.append(trace)
+    (key, message), *more = problems
+    return ScenarioError(exc.source, key, message, more)
+
+
+def _under_set(
+    problems: list[tuple[str | None, str]], overridden: list[str]
+) -> list[tuple[str | None, str]]:
+    labelled = []
+    for key, message in problems:
         if key and any(
             key == o or key.startswith(f"{o}.") or o.startswith(f"{key}.") for o in overridden
         ):
             key = f"{COMMAND_LINE_SET} {key}"
-        problems.append((key, message))
-    trace = _missing_trace(doc)
-    if trace and not any(k and k.endswith("workload.path") for k, _ in problems):
-        problems.append(trace)
+        labelled.append((key, message))
+    return labelled
+
+
+def from_overrides(exc: ScenarioError, overrides: Iterable[str]) -> ScenarioError:
+    """A problem found after loading (a sweep's target or grid point, checked as the sweep is
+    planned) told under `--set` where an override wrote its key, as loading tells it."""
+    problems = _under_set(exc.problems, [parse_override(o)[0] for o in overrides])
     (key, message), *more = problems
     return ScenarioError(exc.source, key, message, more)
 

@@ -24,6 +24,7 @@ from sim.core.spec import (
     MIN_INTERVAL_S,
     Attempts,
     CopyOverheadUs,
+    Flag,
     Gbps,
     GpuMemoryMib,
     HostLinkGbps,
@@ -219,7 +220,7 @@ class StorageSpec(Strict):
     """How long an object removed by a backend-side eviction still answers `exists` (the file
     backend's optional metadata cache: 5 s when enabled)."""
     pools: dict[str, StoragePoolSpec] = Field(default_factory=dict)
-    write_dedup: bool = True
+    write_dedup: Flag = True
     """A put of a key the backend reports as stored is skipped (file, hf3fs, Mooncake); false
     writes it again (nixl)."""
     failed_read: Literal["keep", "delete", "halt", "miss_batch"] = "keep"
@@ -228,7 +229,7 @@ class StorageSpec(Strict):
     stops the server's storage reads for the rest of the run (the file backend to 0.5.21);
     `miss_batch` raises to a reader that catches it: the KV batch or aux transfer counts 0
     pages, the object stays, reading goes on (the file backend from 0.5.22)."""
-    failed_put_torn: bool = False
+    failed_put_torn: Flag = False
     """A failed put leaves a torn object at its key (the file backend while it wrote straight
     to the key's path) instead of nothing."""
     eviction: Literal["lru", "fifo", "lease"] = "lru"
@@ -261,14 +262,14 @@ class RetrySpec(Strict):
     idle_pass_ms: Annotated[float, Field(ge=0.001, le=1000.0)] = 0.1
     """How long a scheduler pass that runs no batch takes while a retry is pending (SGLang
     spins with a waiting queue; an estimate, not a measurement)."""
-    head_exempt: bool = True
+    head_exempt: Flag = True
     """A paced retry of the waiting-queue head is dropped, its admission not waiting for it
     (SGLang 0.5.20 on); False: the head is re-issued like any queued request (0.5.19)."""
-    short_spans: bool = False
+    short_spans: Flag = False
     """A request whose span is too short to prefetch (or fully matched) is marked for a paced
     retry, in case its device match is evicted while it waits (SGLang 0.5.19, 0.5.20); False:
     no lookup, no retry (0.5.21 on)."""
-    deadline_cancels: bool = False
+    deadline_cancels: Flag = False
     """With the `timeout` policy, a prefetch stopped by its deadline cancels the request's
     retry and no later retry or re-fetch is issued for it (SGLang 0.5.23); False: the stopped
     prefetch is retried as any other miss (0.5.19-0.5.22)."""
@@ -313,7 +314,7 @@ class PrefetchSpec(Strict):
     """The least the prefetch threshold can be: one page (`page`, SGLang 0.5.18-0.5.19), or in
     buffer_only mode with an SWA pool one full SWA window, `ceil(window / page)` pages
     (`swa_window`, 0.5.20 on: `StorageAttachment.resolve_prefetch_threshold`; the default)."""
-    heal_after_deadline: bool = True
+    heal_after_deadline: Flag = True
     """Does a prefetch the `timeout` policy stopped still heal existence beliefs from what it
     was told and read? `true`: SGLang 0.5.19-0.5.22 (the hit-query heal and the discard heal
     run for it as for any op); `false`: 0.5.23, where a stop at the deadline marks the op
@@ -331,7 +332,9 @@ class ComputeSpec(Strict):
     prefill_tokens_per_s: Annotated[float, Field(strict=True, ge=1.0, le=1e15)] = 20000.0
     """From 1 token/s (below it one request outlasts any run); the top is far above any GPU so
     that oracle scenarios can make prefill free (1e12)."""
-    decode_ms_per_token: NonNegFloat = 20.0
+    decode_ms_per_token: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 20.0
+    """Up to a million ms (1,000 s) a token: beyond it one output token outlasts any run, and
+    a huge figure (1e308) would make every decode time infinite."""
     chunk_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = 8192
     """Chunked prefill (SGLang's --chunked-prefill-size): every chunk end is an insert, so a
     node end with its aux state kept; null: one pass."""
@@ -351,7 +354,7 @@ class ClusterSpec(Strict):
     link_gbps: Gbps | None = None
     """Each server's own link to the backend (each direction); null: only the backend's
     aggregate `storage.read_gbps` / `storage.write_gbps` limit a server."""
-    scale_arrivals: bool = False
+    scale_arrivals: Flag = False
     """Divide the workload's arrival times by `instances`, so each server sees the load one
     server sees without this (follow-up turns keep their think times)."""
 

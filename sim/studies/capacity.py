@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.core.stats import confidence
+from sim.core.stats import check_resolved, confidence
 from sim.core.units import param_text, param_unit
 from sim.outputs.files import replace_file
 from sim.outputs.overload import value_overload
@@ -105,7 +105,12 @@ class CapacitySearch:
                 f"{self.param}={_reference_text(self.param, self.reference_value)} "
                 f"({errors} of {self.seeds} runs failed): no bound can be taken from it",
             )
-        self.bound = self.share * stats["mean"]
+        try:
+            self.bound = check_resolved(
+                self.requested_target, self.metric, self.op, self.share, stats["mean"]
+            )
+        except ValueError as exc:
+            raise ScenarioError("--target", None, str(exc)) from None
         self.target = f"{self.metric}{self.op}{self.bound:.6g}"
         self.reference = Reference(
             self.reference_value, len(values), stats["mean"], stats["ci_low"], stats["ci_high"]

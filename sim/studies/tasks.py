@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from sim.core.safe_io import read_text_bounded
+from sim.deployment.resolve import get
 from sim.model.pools import POOL_KINDS
 from sim.outputs.files import replace_file
+from sim.outputs.overload import SETTINGS as OVERLOAD_SETTINGS
 from sim.outputs.progress import Progress
 from sim.scenario.schema import ScenarioError
 from sim.studies.executors import _dispatch
@@ -53,6 +55,7 @@ def compute(
     with bar, closing(_dispatch(todo, executor, workers, scheduler)) as results:
         for task, record in results:
             record.update(_labels(task))
+            record["resolved"] = {key: get(task.doc, key) for key in OVERLOAD_SETTINGS}
             _write_json(task_dir / f"{task.key}.json", record)
             kept[task.key] = json.loads(json.dumps(record, default=str))  # as a resume reads it
             failed = " failed" if record.get("error") else ""

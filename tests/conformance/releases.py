@@ -16,6 +16,7 @@ Releases share module names, so each import runs with the release's own `sglang`
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -53,39 +54,108 @@ def source_dir(release: str) -> Path:
 
     Unpacked into a private folder and renamed into place, so that processes collecting at
     once (xdist's workers on a fresh clone) never read a half-written tree: the first rename
-    wins and the others keep its sources."""
+    wins and the others keep its sources. The stamp names the wheel it was unpacked from (its
+    file name and SHA-256) and how many files it holds: a tree from another wheel, or one that
+    lost files, is unpacked again rather than read."""
     target = CACHE / release
     stamp = target / ".unpacked"
-    if stamp.exists():
+    cached = _cached_wheel(release)
+    if _stamp_holds(stamp, cached):
         return target
-    wheel = _wheel(release)
+    wheel = cached or _wheel(release)
     CACHE.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=CACHE, prefix=f".unpacking-{release}-"))
     work.chmod(0o755)
     try:
-        with zipfile.ZipFile(wheel) as archive:
-            for name in archive.namelist():
-                if name.endswith(".py") and name.startswith(UNPACKED):
-                    archive.extract(name, work)
-        (work / ".unpacked").write_text(wheel.name + "\n")
-        if target.exists() and not stamp.exists():
-            shutil.rmtree(target, ignore_errors=True)  # left half-unpacked by an older run
+        count = _unpack(wheel, work)
+        (work / ".unpacked").write_text(_stamp_text(wheel, count))
+        if target.exists() and not _stamp_holds(stamp, wheel):
+            shutil.rmtree(target, ignore_errors=True)  # stale, damaged or half-unpacked
         with contextlib.suppress(OSError):
             work.rename(target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if not stamp.exists():
+    if not _stamp_holds(stamp, wheel):
         raise RuntimeError(f"could not unpack the sglang {release} wheel into {target}")
     return target
+
+
+def _unpack(wheel: Path, work: Path) -> int:
+    """Extract the sources the tests import; a wheel that is not a readable zip archive is
+    named, with what to do about it."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = [n for n in archive.namelist() if n.endswith(".py") and n.startswith(UNPACKED)]
+            for name in names:
+                archive.extract(name, work)
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise RuntimeError(
+            f"{wheel} is not a readable wheel ({exc}); delete it and run again to fetch it anew"
+        ) from None
+    return len(names)
+
+
+def _stamp_text(wheel: Path, files: int) -> str:
+    digest = hashlib.sha256()
+    with wheel.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return f"{wheel.name} sha256:{digest.hexdigest()} files:{files}\n"
+
+
+def _stamp_holds(stamp: Path, wheel: Path | None) -> bool:
+    """The tree at the stamp's folder is whole and, where the wheel is at hand, unpacked from
+    that very wheel."""
+    try:
+        text = stamp.read_text()
+    except OSError:
+        return False
+    files = text.rpartition(" files:")[2].strip()
+    found = sum(1 for _ in stamp.parent.rglob("*.py"))
+    if not files.isdigit() or int(files) != found:
+        return False
+    if wheel is None:
+        return True
+    try:
+        return text == _stamp_text(wheel, found)
+    except OSError:
+        return False
+
+
+def _cached_wheel(release: str) -> Path | None:
+    found = sorted((CACHE / "wheels" / release).glob("sglang-*.whl"))
+    return found[0] if found else None
+
+
+def shipping(name: str, since: str) -> list[str]:
+    """The releases whose unpacked sources hold module `name` (`buffer_mode`), asserted to be
+    every release from `since` on: a damaged tree must fail the suite, not drop its release
+    from the tests."""
+    found = [r for r in RELEASES if module(r, name) is not None]
+    expected = [r for r in RELEASES if _order(r) >= _order(since)]
+    if found != expected:
+        missing = [r for r in expected if r not in found]
+        raise RuntimeError(
+            f"sglang.srt.mem_cache.{name} is missing from the unpacked sources of "
+            f"{', '.join(missing) or 'none'} (found in {', '.join(found) or 'none'}; every "
+            f"release from {since} ships it): delete "
+            f"{' and '.join(str(CACHE / r) for r in missing) or 'the stray trees'} to unpack "
+            "them again"
+        )
+    return found
+
+
+def _order(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
 
 
 def _wheel(release: str) -> Path:
     """The release's wheel in the cache, downloaded into a private folder and moved into place
     (a concurrent download replaces it with the same file, never a partial one)."""
     folder = CACHE / "wheels" / release
-    found = sorted(folder.glob("sglang-*.whl"))
-    if found:
-        return found[0]
+    cached = _cached_wheel(release)
+    if cached is not None:
+        return cached
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".downloading-{release}-") as tmp:
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp]

@@ -19,7 +19,7 @@ from tests.conformance.tally import agree
 
 CASES = 400
 """Sequences a release; each is up to 12 operations on keys 0-9 with 2 to 6 entries."""
-WITH_BELIEFS = [r for r in releases.RELEASES if releases.module(r, "buffer_mode") is not None]
+WITH_BELIEFS = releases.shipping("buffer_mode", since="0.5.19")
 
 
 class _Theirs:

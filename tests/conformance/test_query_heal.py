@@ -30,7 +30,7 @@ from tests.conformance.tally import agree
 from tests.model_helpers import make_storage
 
 CASES = 600
-WITH_BELIEFS = [r for r in releases.RELEASES if releases.module(r, "buffer_mode") is not None]
+WITH_BELIEFS = releases.shipping("buffer_mode", since="0.5.19")
 LAYOUTS = (("kv", "swa"), ("kv", "mamba"), ("kv", "swa", "mamba"))
 
 

@@ -31,7 +31,7 @@ CASES = 300
 """Sequences a release; each is up to 40 events on requests 0-7."""
 SCHEDULER = "sglang.srt.managers.scheduler"
 WITH_RETRIES = [r for r in releases.RELEASES if r != "0.5.18"]
-WITH_CLASS = [r for r in releases.RELEASES if releases.module(r, "storage_prefetch") is not None]
+WITH_CLASS = releases.shipping("storage_prefetch", since="0.5.20")
 
 
 def scheduler(release: str) -> types.ModuleType:

@@ -11,7 +11,6 @@ driver or the model cannot match there), and fails if it agrees. The last line i
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.real_sglang.cases import CASES
+from tests.real_sglang.install import NothingSelected, parser, selected
 from tests.real_sglang.model import run_case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,20 +75,15 @@ def differences(real: list[dict[str, Any]], ours: list[dict[str, Any]]) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.real_sglang")
-    parser.add_argument("--releases", default="0.5.23")
-    parser.add_argument(
-        "--write-docs", action="store_true", help="write the case table into docs/fidelity.md"
-    )
-    parser.add_argument("-k", default="", help="only the cases whose name contains this")
-    parser.add_argument("-v", action="store_true", help="print both records of every step")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
+    try:
+        chosen = selected(args.releases, args.k)
+    except NothingSelected as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     passed = failed = 0
     rows = []
-    for release in args.releases.split(","):
-        cases = [c for c in CASES if release in c["releases"] and args.k in c["name"]]
-        if not cases:
-            continue
+    for release, cases in chosen.items():
         real = real_records(release, cases)
         for case in cases:
             result = real[case["name"]]
