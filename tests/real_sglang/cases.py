@@ -193,13 +193,6 @@ BRANCH_WINDOW = (
     "out-of-window SWA slots: the model writes SWA objects for the branch point's pages, "
     "SGLang has none left to write"
 )
-SIDECAR_DRIVES_KV = (
-    "model mismatch: a backup that must write a sidecar page re-offers the node's KV pages "
-    "with it in SGLang (the sidecar rides KV's host slots and D2H copy, so its write is a KV "
-    "intent), the model offers only the pool whose beliefs lack the page (the backend skips "
-    "the KV pages as stored: objects, bytes stored and beliefs agree; exists/put calls and "
-    "staged bytes differ)"
-)
 FAILED_PUT_ENDS_BATCH = (
     "model mismatch: a failed KV put ends the rest of the node's KV write in SGLang (the file "
     "backend's batch_set returns at the first failed set, and the backup stops there), the "
@@ -217,17 +210,6 @@ _KNOWN = {
             "kv page 2 vanished after the query then healed",
             "kv and swa of the last page deleted",
             "consumer branches inside the stored node",
-        )
-    },
-    **{
-        name: {"0.5.23": SIDECAR_DRIVES_KV}
-        for name in (
-            "dsa: indexer page 3 deleted before the query",
-            "dsa: indexer page 1 deleted before the query",
-            "dsa: indexer page 3 write fails",
-            "dsa: indexer page 1 write fails",
-            "dsa: indexer page 1 vanished after the query then healed",
-            "dsa: indexer page 0 deleted (clamped to nothing)",
         )
     },
     "dsa: kv page 1 write fails": {"0.5.23": FAILED_PUT_ENDS_BATCH},
