@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 
 from sim.engine.runner import run
+from sim.model.backup import BackupIntent, WritePath
+from sim.model.existence import ExistenceCache
 from sim.scenario.loading import ScenarioError, apply_override, build_scenario
 from tests.conftest import make_doc
+from tests.model_helpers import make_storage, make_tree
 
 
 def dsa_doc(**overrides: Any) -> dict[str, Any]:
@@ -97,3 +100,36 @@ def test_a_sidecar_has_no_device_size_of_its_own() -> None:
     with pytest.raises(ScenarioError) as refused:
         build_scenario(dsa_doc(**{"device.indexer_pages": 100}))
     assert "device.indexer_pages" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("kv_believed", "indexer_believed", "expected"),
+    [
+        ({1, 2, 3, 4}, {1, 2}, (True, (1, 2, 3, 4))),  # an indexer page to write re-offers KV
+        ({1, 2}, {1, 2, 3, 4}, (True, (1, 2, 3, 4))),  # a KV write carries the indexer
+        ({1, 2, 3, 4}, {1, 2, 3, 4}, None),
+    ],
+)
+def test_a_sidecar_rides_on_the_kv_write_of_its_node(
+    kv_believed: set[int], indexer_believed: set[int], expected: tuple[bool, tuple[int, ...]] | None
+) -> None:
+    """SGLang 0.5.23 makes one KV intent of KV and its sidecars (buffer_mode/pipeline.py:
+    _write_intents, _launch_transfers): whichever of them lacks a page, both are offered
+    whole, and the backend skips what it holds."""
+    tree = make_tree(kv=100)
+    path = WritePath(
+        ExistenceCache(1000),
+        make_storage({"kv": [], "indexer": []}),
+        tree.root,
+        buffer_only=True,
+        aux_beliefs={"indexer": ExistenceCache(1000)},
+    )
+    path.existence.add(sorted(kv_believed))
+    path.aux_beliefs["indexer"].add(sorted(indexer_believed))
+    node, _ = tree.insert([1, 2, 3, 4], 0.0)
+    intent = path.offer(node, 0.0)
+    if expected is None:
+        assert intent == "skip_covered"
+        return
+    assert isinstance(intent, BackupIntent)
+    assert (intent.write_kv, intent.aux_keys["indexer"]) == expected

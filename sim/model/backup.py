@@ -4,9 +4,11 @@ the server then believes storage holds.
 In `buffer_only` mode the tree does not know what storage holds, so every node insert is gated
 by the existence cache (SGLang's enqueue_backup_intent): the FULL check skips the whole node —
 KV and every aux pool's tail — when every KV page is believed stored or in flight (with per-pool
-beliefs, each pool is checked and written on its own); the parent-cover gate drops a node whose
-parent is neither the root, believed, nor in flight. At the acknowledgement the keys written
-become beliefs whether or not they were stored.
+beliefs, each pool is checked and written on its own, except that a sidecar rides on KV's write:
+a sidecar page to write re-offers the node's KV pages, and a KV write carries every sidecar
+page, as SGLang's `_write_intents` makes one KV intent of both); the parent-cover gate drops a
+node whose parent is neither the root, believed, nor in flight. At the acknowledgement the keys
+written become beliefs whether or not they were stored.
 """
 
 from __future__ import annotations
@@ -301,11 +303,19 @@ class WritePath:
         aux_keys = aux_backup_keys(node, pages, self.storage.aux) if self.per_pool else {}
         write_kv = True
         if self.buffer_only and self.per_pool:
-            write_kv = not self.existence.covers_all(node.pages, extra_cover=self.inflight)
+            uncovered = {
+                name
+                for name, keys in aux_keys.items()
+                if not self.aux_beliefs[name].covers_all(keys, self.aux_inflight[name])
+            }
+            riders = {pool.name for pool in self.storage.sidecars}
+            write_kv = bool(uncovered & riders) or not self.existence.covers_all(
+                node.pages, extra_cover=self.inflight
+            )
             aux_keys = {
                 name: keys
                 for name, keys in aux_keys.items()
-                if not self.aux_beliefs[name].covers_all(keys, self.aux_inflight[name])
+                if name in uncovered or (write_kv and name in riders)
             }
             if not write_kv and not aux_keys:
                 return "skip_covered"

@@ -42,7 +42,9 @@ FIELDS = (
 )
 """What each step records on both sides: the device match (tokens), the hit query's folded
 answer and per-pool boundaries (pages), the outcome (device, miss, success, discarded), the
-tokens the read completed, the aux pages it served, the tokens it loaded onto the device, the
+tokens the read completed (for a DSA stack, clamped to the indexer's run), the pages each
+tail-keyed aux pool served (a sidecar reports none: SGLang's result leaves KV-derived pools out),
+the tokens it loaded onto the device, the
 objects the step's backup wrote and found already stored (page indices per pool), and the
 beliefs per pool after the step (page indices)."""
 

@@ -1,6 +1,7 @@
 """The cases, as data: tiny scenarios replayed on real SGLang and on the simulator.
 
-A case names its page size, its SWA window (tokens), the releases it runs on, and its steps.
+A case names its page size, its SWA window (tokens) or Mamba or DSA stack, the releases it runs
+on, and its steps.
 A step is one request on one instance (instances share one storage backend; a new instance
 starts with an empty device). Its sequence is a list of segments `[name, pages]`: the tokens
 of segment `name`'s first `pages` pages, so two sequences that start with the same segments
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-POOLS = ("kv", "swa", "mamba")
+POOLS = ("kv", "swa", "mamba", "indexer")
 
 
 def tokens_of(seq: list[list[Any]], page_size: int) -> list[int]:
@@ -59,8 +60,9 @@ def _faulted(
     }[kind]
     step = 0 if kind == "write_fail" else 1
     name = f"{pool} page {page} {what}" + (" then healed" if steps is HEAL else "")
-    if extra.get("mamba"):
-        name = f"mamba: {name}"
+    for stack in ("mamba", "dsa"):
+        if extra.get(stack):
+            name = f"{stack}: {name}"
     return _case(name, steps, faults=[_fault(step, pool, page, kind)], **extra)
 
 
@@ -141,6 +143,45 @@ CASES += [
     ),
 ]
 
+DSA = {"page_size": 64, "window_tokens": None, "dsa": True, "releases": ["0.5.23"]}
+"""DeepSeek DSA: MLA KV and the indexer sidecar, one object per KV page, on SGLang's 64-token
+pages (`dsa.py`). 0.5.23 only: 0.5.19 refuses a sidecar storage pool in buffer_only mode."""
+CASES += [
+    _case("dsa: round trip", ROUND_TRIP, **DSA),
+    _case("dsa: round trip, one page", [("p", [["A", 1]]), ("c", [["A", 1]])], **DSA),
+    *(
+        _faulted(kind, pool, page, **DSA)
+        for kind in ("delete", "vanish", "read_fail", "write_fail")
+        for pool, page in (("indexer", 3), ("indexer", 1), ("kv", 1))
+    ),
+    _faulted("vanish", "indexer", 1, HEAL, **DSA),
+    _faulted("read_fail", "indexer", 2, HEAL, **DSA),
+    _faulted("delete", "kv", 3, **DSA),
+    _case(
+        "dsa: kv page 3 and indexer page 1 deleted (the shorter run clamps)",
+        ROUND_TRIP,
+        faults=[_fault(1, "kv", 3, "delete"), _fault(1, "indexer", 1, "delete")],
+        **DSA,
+    ),
+    _case(
+        "dsa: indexer page 0 deleted (clamped to nothing)",
+        ROUND_TRIP,
+        faults=[_fault(1, "indexer", 0, "delete")],
+        **DSA,
+    ),
+    _case(
+        "dsa: consumer extends the stored prefix",
+        [("p", A4), ("c", [["A", 4], ["C", 2]])],
+        **DSA,
+    ),
+    _case(
+        "dsa: existence cache full, then written again",
+        [("p", A4), ("p", [["B", 4]]), ("c", A4), ("p", A4)],
+        existence_entries=4,
+        **DSA,
+    ),
+]
+
 NODE_GRANULARITY = (
     "model mismatch: after a partial load the model's backup re-offers every KV page of the "
     "node, SGLang only the pages from the loaded span's end (the backend skips the extra ones "
@@ -151,6 +192,12 @@ BRANCH_WINDOW = (
     "model mismatch: a branch made inside a node after the first request freed its "
     "out-of-window SWA slots: the model writes SWA objects for the branch point's pages, "
     "SGLang has none left to write"
+)
+FAILED_PUT_ENDS_BATCH = (
+    "model mismatch: a failed KV put ends the rest of the node's KV write in SGLang (the file "
+    "backend's batch_set returns at the first failed set, and the backup stops there), the "
+    "model still writes the node's later KV pages; SGLang's storage lacks them until a "
+    "consumer's hit query heals the beliefs and its backup rewrites them"
 )
 _KNOWN = {
     **{
@@ -165,6 +212,7 @@ _KNOWN = {
             "consumer branches inside the stored node",
         )
     },
+    "dsa: kv page 1 write fails": {"0.5.23": FAILED_PUT_ENDS_BATCH},
     "branch inside a node on one instance, then a fresh consumer": {
         "0.5.23": BRANCH_WINDOW,
         "0.5.19": BRANCH_WINDOW,

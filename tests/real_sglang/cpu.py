@@ -1,10 +1,11 @@
 """CPU shims for SGLang's HiCache: hardware glue only, installed by monkeypatching.
 
 SGLang's cache runs on CPU once five things that only exist on an accelerator are replaced:
-the device name, host-memory pinning, the MHA host pool's CUDA copy kernels (here plain torch
-indexing between the same per-layer tensors the kernels read), the Mamba host pool's copies
-(SGLang's own torch fallback: its `kernel_ascend` io backend in the default `sync` mode) and
-stream synchronisation (`torch.cpu.Stream` has none). Nothing here decides anything SGLang
+the device name, host-memory pinning, the MHA, MLA and DSA-indexer host pools' CUDA copy
+kernels (here plain torch indexing between the same per-layer tensors the kernels read: on CPU
+the `sgl_kernel.kvcacheio` functions those pools call are never imported), the Mamba host
+pool's copies (SGLang's own torch fallback: its `kernel_ascend` io backend in the default `sync`
+mode) and stream synchronisation (`torch.cpu.Stream` has none). Nothing here decides anything SGLang
 decides; no SGLang code is copied.
 
 `prepare()` runs before the first `sglang` import (with it, one import-time clash of 0.5.19
@@ -103,6 +104,8 @@ def install() -> None:
     _device_cpu()
     _no_pinning()
     _mha_copies_as_indexing()
+    _mla_copies_as_indexing()
+    _dsa_indexer_copies_as_indexing()
     _mamba_copies_by_torch()
     torch.cpu.Stream.synchronize = lambda self: None  # CPU work is done when it returns
 
@@ -133,6 +136,12 @@ def _no_pinning() -> None:
         from sglang.srt.mem_cache.pool_host import mamba
 
         _unpinned(mamba.MambaPoolHost)
+    except (ImportError, AttributeError):
+        pass
+    try:  # and so does the DSA indexer's (0.5.23)
+        from sglang.srt.mem_cache.pool_host import dsa
+
+        _unpinned(dsa.DSAIndexerPoolHost)
     except (ImportError, AttributeError):
         pass
 
@@ -213,6 +222,87 @@ def _mha_copies_as_indexing() -> None:
         device_k, device_v = device_layers(self, device_pool)
         device_k[layer_id][device_indices] = host_k[layer_id][host_indices]
         device_v[layer_id][device_indices] = host_v[layer_id][host_indices]
+
+    host.backup_from_device_all_layer = backup
+    host.load_to_device_per_layer = load
+
+
+def _mla_copies_as_indexing() -> None:
+    """The MLA host pool's per-layer views (`data_refs`, whatever the layout) and the device
+    latent buffers it captured (`device_kv_buffers`) are what `transfer_kv_*_mla*` copy
+    between, token rows by index."""
+    try:
+        from sglang.srt.mem_cache.pool_host import mla
+    except ImportError:
+        return
+    host = mla.MLATokenToKVPoolHost
+
+    def backup(
+        self: Any, device_pool: Any, host_indices: Any, device_indices: Any, io_backend: Any
+    ) -> None:
+        for layer, slot in self._buffer_index_by_layer.items():
+            host_layer = self._host_layer_by_controller[layer]
+            self.data_refs[host_layer][host_indices] = self.device_kv_buffers[slot][device_indices]
+
+    def load(
+        self: Any,
+        device_pool: Any,
+        host_indices: Any,
+        device_indices: Any,
+        layer_id: int,
+        io_backend: Any,
+        *,
+        is_draft: bool = False,
+    ) -> None:
+        if not is_draft and layer_id not in self._target_layer_indices:
+            return
+        device = self.device_kv_buffers[self._buffer_index_by_layer[layer_id]]
+        device[device_indices] = self.data_refs[self._host_layer_by_controller[layer_id]][
+            host_indices
+        ]
+
+    host.backup_from_device_all_layer = backup
+    host.load_to_device_per_layer = load
+
+
+def _dsa_indexer_copies_as_indexing() -> None:
+    """The DSA indexer's host pool copies whole index pages (keys and scales, uint8) between its
+    host buffer and the device pool's per-layer `index_k_with_scale_buffer`, at the page indices
+    SGLang derives from the KV slots (`_get_indexer_page_indices`)."""
+    try:
+        from sglang.srt.mem_cache.pool_host import dsa
+    except ImportError:
+        return
+    host = dsa.DSAIndexerPoolHost
+
+    def host_layer(pool: Any, index: int) -> Any:
+        if pool.layout == "layer_first":
+            return pool.index_k_with_scale_buffer[index]
+        return pool.index_k_with_scale_buffer[:, index, 0]
+
+    def backup(
+        self: Any, device_pool: Any, host_indices: Any, device_indices: Any, io_backend: Any
+    ) -> None:
+        host_pages, device_pages = self._get_indexer_page_indices(host_indices, device_indices)
+        for index, device in enumerate(self.packed_device_index_buffers):
+            host_layer(self, index)[host_pages] = device[device_pages]
+
+    def load(
+        self: Any,
+        device_pool: Any,
+        host_indices: Any,
+        device_indices: Any,
+        layer_id: int,
+        io_backend: Any,
+        *,
+        is_draft: bool = False,
+    ) -> None:
+        if not is_draft and not self._is_device_layer_owned(device_pool, layer_id):
+            return
+        index = self._draft_host_layer(layer_id) if is_draft else self._host_layer_index(layer_id)
+        host_pages, device_pages = self._get_indexer_page_indices(host_indices, device_indices)
+        device = device_pool.index_k_with_scale_buffer[0 if is_draft else layer_id]
+        device[device_pages] = host_layer(self, index)[host_pages]
 
     host.backup_from_device_all_layer = backup
     host.load_to_device_per_layer = load

@@ -1,8 +1,9 @@
 """Per-release builders of a real `buffer_only` UnifiedRadixCache with the file backend.
 
 0.5.23 ships test kits (`sglang/test/kits/unified_radix_cache/`) that build the cache, its
-pools and its HiCache controller; `Kit0523` drives them (FULL+SWA, and FULL+Mamba, which the
-kit's buffer_only builder skips and `_build_mamba` builds with the kit's own `_init_hicache`).
+pools and its HiCache controller; `Kit0523` drives them (FULL+SWA; FULL+Mamba, which the kit's
+buffer_only builder skips, and DSA's MLA KV with its indexer sidecar (`dsa.py`), which it does
+not build, both finished with the kit's own `_init_hicache`).
 Each method is one thing the driver needs (build an instance, play one request, back a sequence
 up, read the beliefs); 0.5.19 ships no kit and supplies its own fixture behind the same methods
 (`kit0519.py`).
@@ -92,11 +93,17 @@ class Kit0523:
             enable_mamba_extra_buffer=mamba and case["page_size"] > 1,
             mamba_cache_size=60,
         )
-        if mamba:
-            cache, allocator, req_to_token = self._build_mamba(storage_dir)
+        if case.get("dsa"):
+            from tests.real_sglang import dsa
+
+            built = self._build_buffer_only(dsa.build_fixture(self.fixture.cfg), storage_dir)
+        elif mamba:
+            from sglang.test.kits.unified_radix_cache.fixtures import build_fixture
+
+            built = self._build_buffer_only(build_fixture(self.fixture.cfg), storage_dir)
         else:
             built = self.fixture._build_buffer_hicache_fixture(storage_dir)
-            cache, allocator, req_to_token = built
+        cache, allocator, req_to_token = built
         entries = case.get("existence_entries")
         if entries:
             cache.storage_existence_cache.max_entries = entries
@@ -104,13 +111,11 @@ class Kit0523:
                 pool.max_entries = entries
         return (cache, allocator, req_to_token, case)
 
-    def _build_mamba(self, storage_dir: str) -> Any:
+    def _build_buffer_only(self, fixture: Any, storage_dir: str) -> Any:
         """The kit's buffer_only build skips Mamba (its load-back requests are Mocks, and
-        its Mamba coverage is a GPU bit-exact suite); here the same `_init_hicache` call it
-        makes, with real requests at admission (`_consume_staged_prefetch` builds them)."""
-        from sglang.test.kits.unified_radix_cache.fixtures import build_fixture
-
-        fixture = build_fixture(self.fixture.cfg)
+        its Mamba coverage is a GPU bit-exact suite) and builds MHA pools only; here the same
+        `_init_hicache` call it makes on a fixture built elsewhere (FULL+Mamba, DSA), with real
+        requests at admission (`_consume_staged_prefetch` builds them)."""
         self.fixture._init_hicache(
             fixture[0],
             storage_backend="file",

@@ -3,13 +3,14 @@
 Each step is a request arriving 10 s after the previous one, routed to its instance by a
 scripted router, on a cluster whose servers share one storage backend (the file backend of the
 case's release, `buffer_only` host mode, prefetch threshold one page raised to the release's
-floor, `wait_complete`; FULL+SWA, or FULL+Mamba for a Mamba case). A page
+floor, `wait_complete`; FULL+SWA, FULL+Mamba for a Mamba case, MLA KV and the indexer sidecar
+for a DSA case). A page
 of a segment is a chained page key, so sequences that share segments share keys. Faults act on
 the simulator's storage pools during the step they name: an object deleted before the step,
-deleted right after the step's hit query, a read that fails at that object, a write of that
-object that fails. The records are read from the run's tables and from instrumented storage
-pools; the beliefs per pool are read from the servers' existence caches after each step (the
-run is repeated for each prefix of the steps, which is cheap at this size).
+deleted right after the step's hit query (and its heal), a read that fails at that object, a
+write of that object that fails. The records are read from the run's tables and from
+instrumented storage pools; the beliefs per pool are read from the servers' existence caches
+after each step (the run is repeated for each prefix of the steps, which is cheap at this size).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from sim.model.chain import ROOT_KEY, ChainInterner
 from sim.model.object_store import StoragePool
 from sim.scenario.loading import build_scenario
 from sim.workload.kinds import Request
+from tests.real_sglang import dsa
+from tests.real_sglang.cases import POOLS
 
 GAP_S = 10.0
 """Seconds between steps: every read and write of a step settles long before the next."""
@@ -42,6 +45,10 @@ def scenario_doc(case: dict[str, Any], release: str, instances: int) -> dict[str
         model["mamba"] = {"state_bytes": 65536}
         pools["mamba"] = {}
         device["mamba_slots"] = 60
+    if case.get("dsa"):
+        model["kv"] = {"bytes_per_token": dsa.KV_BYTES_PER_TOKEN, "replicated": True}
+        model["indexer"] = {"bytes_per_token": dsa.INDEXER_BYTES_PER_TOKEN}
+        pools["indexer"] = {}
     doc: dict[str, Any] = {
         "name": re.sub(r"[^A-Za-z0-9_.-]+", "-", case["name"]).strip("-"),
         "seed": 1,
@@ -163,22 +170,30 @@ class _Storage:
         pool.get = get  # type: ignore[method-assign]
 
     def _wrap_query(self, prefetcher: Any) -> None:
-        original = prefetcher.hit_query
+        """Records each hit query's answer; a `vanish` fault removes its object once the query
+        step is over, its heal included (SGLang heals from the answer it got, so the object is
+        gone only for the reads)."""
+        hit_query, query = prefetcher.hit_query, prefetcher.query
         storage = self.sim.storage
         self.queries: dict[int, dict[str, Any]] = getattr(self, "queries", {})
 
-        def query(store: Any, span: Sequence[int], now_s: float) -> int:
-            hit = original(store, span, now_s)
+        def answered(store: Any, span: Sequence[int], now_s: float) -> int:
+            hit = hit_query(store, span, now_s)
             self.queries[self.step_at(now_s)] = {
                 "pages": int(hit),
                 "pools": {k: int(v) for k, v in storage.boundaries(span, now_s).items() if v},
             }
+            return hit
+
+        def queried(op: Any, now_s: float, **kwargs: Any) -> Any:
+            outcome = query(op, now_s, **kwargs)
             for name in storage.pools:
                 for key in self._faults("vanish", name, now_s):
                     self._remove(name, key)
-            return hit
+            return outcome
 
-        prefetcher.hit_query = query
+        prefetcher.hit_query = answered
+        prefetcher.query = queried
 
 
 def _instances(case: dict[str, Any]) -> list[int]:
@@ -226,7 +241,7 @@ def _record(
         record["outcome"] = str(last.outcome)
         record["completed_tokens"] = int(last.completed_pages) * page
         aux = {}
-        for pool in sim.storage.aux:
+        for pool in sim.storage.tail_keyed:  # a sidecar's pages count in completed_tokens
             aux[pool.name] = int(getattr(last, f"{pool.name}_hit_pages"))
         record["aux_hit_pages"] = aux
     index = {key: i for i, key in enumerate(keys)}
@@ -243,7 +258,7 @@ def _record(
 def _pages(
     puts: list[tuple[str, int, str]], index: dict[int, int], verdict: str
 ) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {"kv": [], "swa": [], "mamba": []}
+    out: dict[str, list[int]] = {pool: [] for pool in POOLS}
     for name, key, seen in puts:
         if seen == verdict and key in index:
             out[name].append(index[key])
