@@ -133,3 +133,34 @@ def test_a_sidecar_rides_on_the_kv_write_of_its_node(
         return
     assert isinstance(intent, BackupIntent)
     assert (intent.write_kv, intent.aux_keys["indexer"]) == expected
+
+
+def deepseek_doc(release: str, mode: str) -> dict[str, Any]:
+    return {
+        "name": "deepseek",
+        "duration_s": 60,
+        "server": {"sglang": release, "tp_size": 8},
+        "hardware": {"gpu": "b200"},
+        "model": {"preset": "deepseek-v3.2"},
+        "storage": {"backend": "hf3fs"},
+        "host": {"mode": mode},
+        "workload": {"kind": "shared_prefix", "requests": 20, "prefix_tokens": 2048},
+    }
+
+
+def test_the_deepseek_preset_on_0_5_23_behind_hf3fs_resolves_its_indexer_pool() -> None:
+    scenario = build_scenario(deepseek_doc("0.5.23", "buffer_only"))
+    assert scenario.model.pools == ("kv", "indexer")
+    assert scenario.model.indexer.bytes_per_token == 61 * 132  # type: ignore[attr-defined]
+    assert scenario.sources["model.indexer.bytes_per_token"] == "preset deepseek-v3.2"
+    assert scenario.model.kv.replicated and scenario.storage.pools["indexer"].capacity_gb is None
+    assert run(scenario).summary["written_indexer_objects"] > 0
+
+
+def test_the_deepseek_preset_on_0_5_19_in_buffer_only_mode_is_refused() -> None:
+    with pytest.raises(ScenarioError) as refused:
+        build_scenario(deepseek_doc("0.5.19", "buffer_only"))
+    assert "SGLang 0.5.19 refuses buffer_only host memory with an indexer pool" in str(
+        refused.value
+    )
+    build_scenario(deepseek_doc("0.5.19", "cache"))

@@ -193,7 +193,8 @@ def refusals(
         )
     yield (
         "host.mode",
-        f"SGLang {release.name} refuses buffer_only host memory with a {', '.join(refused)} "
+        f"SGLang {release.name} refuses buffer_only host memory with {_a(refused[0])} "
+        f"{', '.join(refused)} "
         f"pool ({why}){later}",
     )
 
@@ -229,6 +230,10 @@ def serving_warnings(doc: Mapping[str, Any]) -> list[str]:
 def first_release_setting(key: str) -> str | None:
     """The oldest release whose profile sets `key` (None: no release does)."""
     return _first_release(lambda other: any(s.key == key for s in other.settings))
+
+
+def _a(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
 def _first_release(accepts: Any) -> str | None:

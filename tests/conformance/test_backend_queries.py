@@ -40,6 +40,7 @@ from sim.model.storage import HIT_QUERIES, HitQueryRaised
 from tests.conformance import releases
 from tests.conformance.profiles import profile
 from tests.conformance.tally import agree
+from tests.conformance.test_folds import trailing_transfers
 from tests.model_helpers import make_storage
 
 CASES = 300
@@ -159,14 +160,7 @@ def _query(release: str, store: Any, pages: int, tails: Mapping[str, int]) -> An
     """`batch_exists_v2` over pages 0..pages-1 with one trailing-pages transfer per aux pool:
     (pages reported, each pool's reported boundary), or RAISED."""
     hs: Any = releases.module(release, "hicache_storage")
-    transfers = [
-        hs.PoolTransfer(
-            name=hs.PoolName(pool),
-            keys=["__placeholder__"] * n,
-            hit_policy=hs.PoolHitPolicy.TRAILING_PAGES,
-        )
-        for pool, n in tails.items()
-    ]
+    transfers = trailing_transfers(hs, tails)
     info = hs.HiCacheStorageExtraInfo(prefix_keys=None)
     try:
         result = store.batch_exists_v2([f"h{i:04d}" for i in range(pages)], transfers, info)

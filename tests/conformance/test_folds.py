@@ -208,18 +208,24 @@ class _Backend:
         pool (its keys as many as the pool's tail, as the prefetch plans them): the pages
         reported and each pool's own boundary where reported."""
         hs = self.hs
-        transfers = [
-            hs.PoolTransfer(
-                name=hs.PoolName(pool),
-                keys=["__placeholder__"] * n,
-                hit_policy=hs.PoolHitPolicy.TRAILING_PAGES,
-            )
-            for pool, n in tails.items()
-        ]
+        transfers = trailing_transfers(hs, tails)
         info = hs.HiCacheStorageExtraInfo(prefix_keys=None)
         with self._unset_environment():
             result = self.store.batch_exists_v2([_key(i) for i in range(pages)], transfers, info)
         return result.kv_hit_pages, {str(k): v for k, v in result.extra_pool_hit_pages.items()}
+
+
+def trailing_transfers(hs: Any, tails: Mapping[str, int]) -> list[Any]:
+    """One trailing-pages transfer per aux pool, its keys as many as the pool's tail (the
+    query reads only how many there are)."""
+    return [
+        hs.PoolTransfer(
+            name=hs.PoolName(pool),
+            keys=["__placeholder__"] * n,
+            hit_policy=hs.PoolHitPolicy.TRAILING_PAGES,
+        )
+        for pool, n in tails.items()
+    ]
 
 
 def _key(page: int) -> str:
