@@ -164,3 +164,18 @@ def test_the_deepseek_preset_on_0_5_19_in_buffer_only_mode_is_refused() -> None:
         refused.value
     )
     build_scenario(deepseek_doc("0.5.19", "cache"))
+
+
+def test_a_mixed_stack_still_discards_when_its_tail_keyed_pool_falls_short() -> None:
+    """indexer + SWA: the indexer is read with KV and clamps, but an SWA shortfall fails the
+    all-or-nothing check, as SGLang's check does for any stack with a tail-keyed pool."""
+    doc = dsa_doc(
+        **{
+            "model.swa": {"window_tokens": 128, "bytes_per_token": 18432},
+            "device.swa_pages": 150,
+            "storage.pools": {"kv": {}, "indexer": {}, "swa": {"get_fail_prob": 0.2}},
+        }
+    )
+    mixed = run(build_scenario(doc)).summary
+    assert mixed["prefetch_discarded"] > 0
+    assert mixed["prefetch_indexer_clamps"] == 0

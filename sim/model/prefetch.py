@@ -398,10 +398,10 @@ class Prefetcher:
         self.host.free_prefetch(op.hit_pages)
         self.release_windows(op)
         loaded = self._usable_pages(op)
-        if op.clamped_by is not None:
-            self.clamps[op.clamped_by] += 1
-            self.clamped_pages[op.clamped_by] += op.hit_pages - loaded
-        if loaded > 0 or op.riders or self._clamping(op):
+        if self.kept(op, loaded):
+            if op.clamped_by is not None:
+                self.clamps[op.clamped_by] += 1
+                self.clamped_pages[op.clamped_by] += op.hit_pages - loaded
             fills: dict[str, Sequence[int]] = {t.pool: t.keys for t in op.aux if t.keys is not None}
             fills.update({name: span[:loaded] for name in (*op.riders, *self._clamping(op))})
             self.write_path.believe(span[:loaded], fills)
@@ -415,6 +415,16 @@ class Prefetcher:
                     dropped += path.forget(keys, pool)
         self.loops.on_discard(span, now_s, stale_by_other=self._displaced_by_other(op))
         return Resolution(Outcome.DISCARDED, 0, dropped)
+
+    def kept(self, op: PrefetchOp, usable_pages: int) -> bool:
+        """Does the check keep the op, loading its usable pages, or discard it? Kept when it
+        can load something, and by a stack whose only aux pools are sidecars even when it
+        cannot: only a tail-keyed pool makes a stack all-or-nothing (SGLang leaves KV-derived
+        sidecars out of the check)."""
+        sidecars_only = (bool(op.riders) or bool(self._clamping(op))) and all(
+            t.pool in self.sidecar_names for t in op.aux
+        )
+        return usable_pages > 0 or sidecars_only
 
     def _clamping(self, op: PrefetchOp) -> tuple[str, ...]:
         """The sidecar transfers an op read once KV completed (0.5.18), when its stack has no

@@ -16,7 +16,8 @@ heal of a discarded mixed stack.
 Mutations tried (each made a test fail): an ALL_PAGES boundary counted as a trailing window
 (boundary), `max` instead of `min` in the clamp and a sidecar read only when KV served the
 whole batch (clamp), the indexer healed past its own transfer count instead of KV's completed
-pages, and a sidecar-only stack discarded when it completed less than its hit (mixed heal).
+pages, a sidecar-only stack discarded when it completed less than its hit, and a mixed stack
+kept whenever a sidecar was read with its KV (mixed heal).
 """
 
 from __future__ import annotations
@@ -166,6 +167,15 @@ def _completed(prefetcher_class: Any, storage: Any, span: tuple[int, ...]) -> in
     return op.completed_pages
 
 
+def _model_keeps(op: PrefetchOp) -> bool:
+    """The model's check of an op whose indexer was read with KV (0.5.19 on)."""
+    from sim.model.prefetch import Prefetcher
+
+    prefetcher = Prefetcher.__new__(Prefetcher)
+    prefetcher.sidecar_names = frozenset({"indexer"})
+    return prefetcher.kept(op, prefetcher._usable_pages(op))
+
+
 class _Beliefs:
     """One pool's `PoolExistenceBeliefs`, recording where it is healed."""
 
@@ -216,7 +226,7 @@ def test_a_discarded_mixed_stack_heals_each_pool_past_what_it_served(release: st
             op.completed_pages, op.riders = completed, ("indexer",)
             if mixed:
                 op.aux = [AuxTransfer("swa", tuple(range(pages - window, pages)), swa_hit, True)]
-            ours_kept = (completed == pages and (not mixed or swa_hit == window)) or not mixed
+            ours_kept = _model_keeps(op)
             shown = {"pages": pages, "completed": completed, "swa": (window, swa_hit)}
             where = "UnifiedRadixCache._check_hybrid_prefetch_result"
             agree(release, "sidecar discard", where, shown, ours_kept, theirs_kept)
