@@ -23,7 +23,7 @@ from sim.deployment.profiles import (
     SGLangRelease,
     release_names,
 )
-from sim.deployment.published import published_table
+from sim.deployment.published_figures import published_table
 from sim.deployment.resolve import show_value
 
 
