@@ -105,18 +105,20 @@ def _dsv32_nightly(batch: int, itl_ms: float, output: float, input_: float) -> P
 _GPT_OSS_H100 = (
     _gpt_oss(
         gpu="h100",
-        gpus=None,
-        tp=None,
-        engine="SGLang main (>= 0.5.1.post3)",
+        gpus=8,
+        tp=8,
+        engine="SGLang v0.5.1.post3",
         precision="MXFP4",
         concurrency=1,
-        input_tokens=None,
-        output_tokens=None,
+        input_tokens=1024,
+        output_tokens=512,
         tpot_ms=round(1000 / 318.53, 3),
-        figure="batch-1 decode throughput 318.53 tok/s; TPOT = 1000 / that",
+        figure="batch-1 decode throughput 318.53 tok/s, TPOT = 1000 / that; tp, version and "
+        "lengths from the post's reproduction commands (sglang benchmark/gpt_oss/README.md, "
+        "bench_one_batch_server)",
         source_title=_LMSYS[0],
         source_url=_LMSYS[1],
-        why_apart=_BATCH_ONE,
+        why_apart=f"{_BATCH_ONE}; {_FREE_TP.format(tp=8, batch=1)}",
     ),
     _gpt_oss(
         gpu="h100",
@@ -246,18 +248,20 @@ _GPT_OSS_H200 = (
 _GPT_OSS_B200 = (
     _gpt_oss(
         gpu="b200",
-        gpus=None,
-        tp=None,
-        engine="SGLang main (>= 0.5.1.post3)",
+        gpus=4,
+        tp=4,
+        engine="SGLang v0.5.1.post3",
         precision="MXFP4",
         concurrency=1,
-        input_tokens=None,
-        output_tokens=None,
+        input_tokens=1024,
+        output_tokens=512,
         tpot_ms=round(1000 / 416.02, 3),
-        figure="batch-1 decode throughput 416.02 tok/s; TPOT = 1000 / that",
+        figure="batch-1 decode throughput 416.02 tok/s, TPOT = 1000 / that; tp, version and "
+        "lengths from the post's reproduction commands (sglang benchmark/gpt_oss/README.md, "
+        "bench_one_batch_server)",
         source_title=_LMSYS[0],
         source_url=_LMSYS[1],
-        why_apart=_BATCH_ONE,
+        why_apart=f"{_BATCH_ONE}; {_FREE_TP.format(tp=4, batch=1)}",
     ),
     _gpt_oss(
         gpu="b200",
