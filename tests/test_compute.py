@@ -184,6 +184,6 @@ def test_docs_compute_tables_are_the_modules_figures() -> None:
     (`python -m sim.deployment.table docs/compute.md` writes them)."""
     text = (REPO / "docs" / "compute.md").read_text()
     assert write_into(text) == text
-    for name in ("compute gpus", "compute models", "compute roofline"):
+    for name in ("compute gpus", "compute models", "compute roofline", "compute published"):
         assert f"<!-- {name} table: start -->" in text
     assert "| `gpt-oss-120b` | 35,186 / 31.135 | 35,186 / 21.73 |" in text

@@ -291,28 +291,36 @@ def decode_step_bytes(
     shape: AttentionShape,
     tp: int,
     weights_dtype: str | None = None,
+    batch: int = DECODE_BATCH,
 ) -> float:
-    """One rank's reads in a decode step: the weights the batch touches (every weight of a
-    dense model; for a mixture of experts at most the batch's active weights, and never more
-    than all of them) and each request's KV over `DECODE_CONTEXT_TOKENS` (a sliding layer only
-    its window; a DSA layer its top-k tokens' latents and every token's indexer key). Weights,
-    at the checkpoint's precision, split evenly over ranks; KV heads as SGLang splits them (the
-    same per-rank heads the preset's pool specs hold); an MLA latent is not split."""
+    """One rank's reads in a decode step of `batch` requests: the weights the batch touches
+    (every weight of a dense model; for a mixture of experts at most the batch's active
+    weights, and never more than all of them) and each request's KV over
+    `DECODE_CONTEXT_TOKENS` (a sliding layer only its window; a DSA layer its top-k tokens'
+    latents and every token's indexer key). Weights, at the checkpoint's precision, split
+    evenly over ranks; KV heads as SGLang splits them (the same per-rank heads the preset's
+    pool specs hold); an MLA latent is not split."""
     weight_bytes = preset.checkpoint(weights_dtype).weight_bytes
     bytes_per_parameter = weight_bytes / model.total_parameters
-    touched = min(model.total_parameters, DECODE_BATCH * model.active_parameters)
+    touched = min(model.total_parameters, batch * model.active_parameters)
     heads = kv_heads_per_rank(preset.num_key_value_heads, tp)
     kv_per_token_layer = shape.latent_bytes or 2 * heads * shape.head_dim * BF16_KV_BYTES
     kv = _attended(shape, DECODE_CONTEXT_TOKENS) * kv_per_token_layer
     indexer = shape.full_layers * DECODE_CONTEXT_TOKENS * shape.indexer_bytes
-    return touched * bytes_per_parameter / tp + DECODE_BATCH * (kv + indexer)
+    return touched * bytes_per_parameter / tp + batch * (kv + indexer)
 
 
 def roofline(
-    gpu: str, preset_name: str, tp: int, weights_dtype: str | None = None
+    gpu: str,
+    preset_name: str,
+    tp: int,
+    weights_dtype: str | None = None,
+    decode_batch: int = DECODE_BATCH,
 ) -> Roofline | None:
     """The roofline of a GPU profile running a model preset on `tp` ranks from the checkpoint
-    at `weights_dtype` (None: the default one); None when a name has no figures."""
+    at `weights_dtype` (None: the default one); None when a name has no figures. The engine's
+    figures take `DECODE_BATCH`; another `decode_batch` only serves comparisons with published
+    measurements at their concurrency (`sim.deployment.published`)."""
     peaks, model = GPU_PEAKS.get(gpu), MODEL_COMPUTE.get(preset_name)
     preset = MODEL_PRESETS.get(preset_name)
     if peaks is None or model is None or preset is None:
@@ -323,9 +331,9 @@ def roofline(
     shape = attention_shape(preset, gpu_profile.sm_major if gpu_profile else HOPPER_SM)
     flops = prefill_flops_per_token(model, shape)
     prefill = tp * peaks.bf16_dense_tflops * 1e12 * peaks.prefill_mfu / flops
-    step_bytes = decode_step_bytes(preset, model, shape, tp, weights_dtype)
+    step_bytes = decode_step_bytes(preset, model, shape, tp, weights_dtype, decode_batch)
     memory_s = step_bytes / (peaks.hbm_tbps * 1e12 * peaks.decode_bandwidth_efficiency)
-    compute_s = DECODE_BATCH / prefill
+    compute_s = decode_batch / prefill
     return Roofline(
         gpu=gpu,
         preset=preset_name,

@@ -23,6 +23,7 @@ from sim.deployment.profiles import (
     SGLangRelease,
     release_names,
 )
+from sim.deployment.published_figures import published_table
 from sim.deployment.resolve import show_value
 
 
@@ -94,6 +95,7 @@ TABLES = {
     "compute gpus": gpu_table,
     "compute models": model_table,
     "compute roofline": roofline_table,
+    "compute published": published_table,
 }
 """The docs' generated blocks, by the name of their markers."""
 
