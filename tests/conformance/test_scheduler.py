@@ -9,11 +9,13 @@ request carried from the last pass (its prompt length and where its next chunk s
 waiting queue (each request's prompt length and the device prefix it matched, whole pages).
 SGLang's side runs for real: `PrefillAdder.add_chunked_req` for the carried request, then
 `add_one_req` for each waiting request until one does not return CONTINUE, as
-`Scheduler._get_new_batch_prefill_raw` drives it (0.5.23 also stops before a request once
-`budget_state` says OTHER). Its tree cache, allocator and requests are stand-ins holding only
-what the adder reads. The model's side is the real `_prefill_batch` and `_next_chunk` on a
-stand-in scheduler whose `_next_admissible` hands out the queue in order and whose `_admit`
-starts a request's prefill at its device prefix.
+`Scheduler._get_new_batch_prefill_raw` drives it (from 0.5.21 the carried request's chunk is
+first capped by the policy's `shortest_prefill_chunk_limit`, no cap under `fcfs`; 0.5.23 also
+stops before a request once `budget_state` says OTHER). Its tree cache, allocator and
+requests are stand-ins holding only what the adder reads. The model's side is the real
+`_prefill_batch`, `_next_chunk`, `_next_admissible` and `_prefetch_settled` on a stand-in
+scheduler (no prefetch in flight, a tree that tells each prompt's device prefix and has room for
+any reservation) whose `_admit` starts a request's prefill at its device prefix.
 
 Only the chunk budget is compared. Device memory is ample on both sides: the pass's memory
 checks (SGLang's `rem_total_tokens` with the running requests' decode reservation scaled by
@@ -231,21 +233,32 @@ def theirs(release: str, case: dict[str, Any]) -> list[tuple[int, int, int]]:
         case["chunk_tokens"],
     )
     chunked = case["chunked"]
+    waiting = [_Req(rid, prompt, prefix) for rid, prompt, prefix in case["waiting"]]
     if chunked is not None:
-        rid, prompt, start = chunked
-        adder.add_chunked_req(_Req(rid, prompt, start))
+        req = _Req(*chunked)
+        if hasattr(mod.SchedulePolicy, "shortest_prefill_chunk_limit"):
+            adder.chunked_req_limit = default_schedule_policy(release).shortest_prefill_chunk_limit(
+                req, waiting, adder.rem_chunk_tokens or 0, page
+            )
+        adder.add_chunked_req(req)
     checks_first = _checks_budget_first(release)
-    for rid, prompt, prefix in case["waiting"]:
+    for req in waiting:
         if checks_first and adder.budget_state() == mod.AddReqResult.OTHER:
             break
         result = adder.add_one_req(
-            _Req(rid, prompt, prefix),
-            has_chunked_req=chunked is not None,
-            truncation_align_size=None,
+            req, has_chunked_req=chunked is not None, truncation_align_size=None
         )
         if result != mod.AddReqResult.CONTINUE:
             break
     return [(r.rid, r.prefix_len, r.extend_len) for r in adder.can_run_list]
+
+
+@functools.cache
+def default_schedule_policy(release: str) -> Any:
+    """The release's `SchedulePolicy` under its default `--schedule-policy`."""
+    return schedule_policy(release).SchedulePolicy(
+        default_policy(release), _Tree(), False, False, False
+    )
 
 
 @functools.cache
@@ -408,8 +421,7 @@ def default_policy(release: str) -> str:
 def test_default_policy_keeps_the_queue_order(release: str) -> None:
     """The default `--schedule-policy` (`fcfs` in every release) leaves the waiting queue as it
     arrived, whatever the prompts and output budgets: the model's FIFO admission."""
-    mod = schedule_policy(release)
-    policy = mod.SchedulePolicy(default_policy(release), _Tree(), False, False, False)
+    policy = default_schedule_policy(release)
     rng = random.Random(f"fcfs-{release}")
     for _ in range(CASES):
         queue = [_Req(rid, rng.randint(1, 4096), 0) for rid in range(rng.randint(0, 12))]
