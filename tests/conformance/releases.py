@@ -344,13 +344,17 @@ _MODULES = (
 
 
 @cache
-def real_module(release: str, name: str) -> types.ModuleType:
+def real_module(release: str, name: str, from_wheel: tuple[str, ...] = ()) -> types.ModuleType:
     """A release's module outside `mem_cache` (`sglang.srt.managers.scheduler`), imported for
-    real with the harness's finder: its own imports stubbed, `mem_cache` real."""
+    real with the harness's finder: its own imports stubbed, `mem_cache` real. The modules named
+    in `from_wheel` (`sglang.srt.environ`, whose settings other modules read at import) are run
+    for real straight from the wheel; they must import nothing of `sglang`."""
     root = source_dir(release)
     saved = _take_modules()
     sys.modules.update(_loaded(release, REAL))
     sys.modules.pop(name, None)  # a stub while `mem_cache` was imported
+    for extra in from_wheel:
+        sys.modules[extra] = _wheel_module(release, extra)
     finder = _ReleaseFinder(root, (*REAL, name))
     sys.meta_path.insert(0, finder)
     try:
@@ -359,6 +363,28 @@ def real_module(release: str, name: str) -> types.ModuleType:
         sys.meta_path.remove(finder)
         _take_modules()
         sys.modules.update(saved)
+
+
+def wheel_source(release: str, path: str) -> str | None:
+    """The text of one file of a release's wheel (`sglang/srt/server_args.py`), or None where
+    the wheel has no such file: for the files the tests read but never import."""
+    wheel = _cached_wheel(release) or _wheel(release)
+    with zipfile.ZipFile(wheel) as archive:
+        if path not in archive.namelist():
+            return None
+        return archive.read(path).decode()
+
+
+def _wheel_module(release: str, name: str) -> types.ModuleType:
+    """One self-contained module of a release, read from its wheel and run."""
+    path = name.replace(".", "/") + ".py"
+    source = wheel_source(release, path)
+    if source is None:
+        raise RuntimeError(f"the sglang {release} wheel has no {path}")
+    module = types.ModuleType(name)
+    module.__file__ = f"sglang-{release}/{path}"
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
 
 
 def module(release: str, name: str) -> types.ModuleType | None:
