@@ -32,6 +32,7 @@ from sim.deployment.layering import layer_profiles
 from sim.deployment.resolve import Sources, derive, has, leaves
 from sim.model.presets import MODEL_PRESETS
 from sim.scenario.errors import describe, mapping
+from sim.scenario.model_section import expanded_model
 from sim.scenario.schema import (
     Scenario,
     restores_pickles,
@@ -39,7 +40,7 @@ from sim.scenario.schema import (
     schema_default,
     schema_refusal,
 )
-from sim.scenario.sections import MAX_TP_SIZE, expanded_model, list_every_storage_pool
+from sim.scenario.sections import MAX_TP_SIZE, list_every_storage_pool
 from sim.scenario.sizes import normalize_sizes
 from sim.workload.kinds import MAX_TRACE_FILE_BYTES
 

@@ -46,6 +46,7 @@ from sim.model.prefetch_policies import PREFETCH_POLICIES
 from sim.model.presets import MODEL_PRESETS
 from sim.model.storage import HIT_QUERIES
 from sim.scenario.errors import describe, field_model
+from sim.scenario.model_section import ModelSpec
 from sim.scenario.sections import (
     MAX_DURATION_S,
     ClusterSpec,
@@ -57,7 +58,6 @@ from sim.scenario.sections import (
     GpuHourUsd,
     HardwareSpec,
     HostSpec,
-    ModelSpec,
     PrefetchSpec,
     ServerSpec,
     StoragePoolSpec,
