@@ -149,6 +149,14 @@ def test_run_warns_as_validate_does_when_the_horizon_ends_before_the_trace(
     said = "warning: duration_s 60 ends before the trace: 1 of its 3 requests arrive after it"
     assert said in ok(invoke("validate", str(path))).stderr
     assert said in ok(invoke("run", str(path), "--out", str(tmp_path / "r"))).stderr
+    compared = ok(
+        invoke("compare", str(path), "--heal", "none,per_pool", "--out", str(tmp_path / "c"))
+    )
+    assert compared.stderr.count(said) == 1
+    longer = ok(
+        invoke("compare", str(path), "--vary", "duration_s=60,100", "--out", str(tmp_path / "v"))
+    )
+    assert longer.stderr.count(said) == 1 and "duration_s 100 ends" not in longer.stderr
 
 
 def _capacity(scenario: Path, out: Path, target: str, *more: str) -> Any:

@@ -130,6 +130,9 @@ def compare_cmd(
     found = variant_set(heals, vary, variant_specs)
     base, scenarios = _load_variants(scenario, overrides, seed, found)
     refuse_existing(out, force)
+    for warning in dict.fromkeys(_horizon_warning(sc) for sc in scenarios):
+        if warning is not None:
+            click.echo(warning, err=True)
 
     def shown(label: str) -> str:
         return label if found.column == "variant" else f"{found.column}={label}"
@@ -271,21 +274,27 @@ def _warn_made_up_compute(scenario: Scenario) -> None:
 def _warn_horizon(scenario: Scenario) -> None:
     """A trace replay whose `duration_s` ends before the trace does counts only the requests
     that arrived by then, on stderr (exit 0): its shares describe the trace's first part."""
+    warning = _horizon_warning(scenario)
+    if warning is not None:
+        click.echo(warning, err=True)
+
+
+def _horizon_warning(scenario: Scenario) -> str | None:
     arrivals = getattr(scenario.workload, "arrivals_s", None)
     if arrivals is None:
-        return
+        return None
     times = arrivals()
     if scenario.cluster.scale_arrivals and scenario.cluster.instances > 1:
         times = [t / scenario.cluster.instances for t in times]
     late = sum(1 for t in times if t >= scenario.duration_s)
-    if late:
-        click.echo(
-            f"warning: duration_s {scenario.duration_s:g} ends before the trace: {late:,} of its "
-            f"{len(times):,} requests arrive after it (the last at {max(times):,.0f} s) and are "
-            "never replayed; set duration_s past the last arrival, or workload.limit to replay "
-            "fewer requests on purpose",
-            err=True,
-        )
+    if not late:
+        return None
+    return (
+        f"warning: duration_s {scenario.duration_s:g} ends before the trace: {late:,} of its "
+        f"{len(times):,} requests arrive after it (the last at {max(times):,.0f} s) and are "
+        "never replayed; set duration_s past the last arrival, or workload.limit to replay "
+        "fewer requests on purpose"
+    )
 
 
 def _print_sizes(scenario: Scenario) -> None:
