@@ -18,10 +18,10 @@ from sim.deployment.sizing import (
     NoRoomForPools,
     RankModel,
     device_pools,
+    kv_cell_bytes,
     mem_fraction_static,
     rank_model,
 )
-from sim.model.pools import POOL_KINDS
 from sim.model.presets import Checkpoint, ModelPreset
 
 TP_SIZES = (1, 2, 4, 8)
@@ -70,8 +70,9 @@ def preset_rank(
     return rank_model(
         tp_size=tp_size,
         weight_bytes=checkpoint.weight_bytes,
-        kv_bytes_per_token=specs["kv"]["bytes_per_token"]
-        + sum(specs[p]["bytes_per_token"] for p in specs if POOL_KINDS[p].rides_on_kv),
+        kv_bytes_per_token=kv_cell_bytes(
+            {pool: spec.get("bytes_per_token") for pool, spec in specs.items()}
+        ),
         swa_bytes_per_token=spec("swa", "bytes_per_token"),
         mamba_state_bytes=spec("mamba", "state_bytes"),
     )

@@ -32,6 +32,7 @@ from sim.deployment.sizing import (
     default_chunk_tokens,
     hicache_ratio_default,
     host_pages,
+    kv_cell_bytes,
     rank_model,
 )
 from sim.model.pools import POOL_KINDS
@@ -203,12 +204,9 @@ class Derivation:
         return round(found.ratio, 6), ""
 
     def kv_cell_bytes(self) -> int:
-        """A KV token's device bytes: KV's and those of the sidecars riding on its slots (a
-        DSA pool's cell holds the latent and the index keys)."""
-        return sum(
-            self.pool_value(pool, "bytes_per_token") or 0
-            for pool in POOL_KINDS
-            if pool == "kv" or POOL_KINDS[pool].rides_on_kv
+        """A KV token's device bytes in this document's model (`sizing.kv_cell_bytes`)."""
+        return kv_cell_bytes(
+            {pool: self.pool_value(pool, "bytes_per_token") for pool in POOL_KINDS}
         )
 
     def device_pool_bytes(self, kv_pages: int) -> float:

@@ -15,9 +15,11 @@ and the weights themselves, which come from the model preset.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sim.deployment.profiles import ChunkTier
+from sim.model.pools import KV, POOL_KINDS
 
 CONTEXT_MIB = 1024
 """`nvidia-smi`'s total minus the free memory SGLang measures before loading weights: about
@@ -74,6 +76,16 @@ def mem_fraction_static(
     """`--mem-fraction-static` when not given: the share of memory left after the reserve."""
     reserved = reserved_mib(tiers, memory_mib, tp_size, chunk_tokens)
     return round((memory_mib - reserved) / memory_mib, 3)
+
+
+def kv_cell_bytes(bytes_per_token: Mapping[str, int | None]) -> int:
+    """A KV token's device bytes, from each pool's bytes per token: KV's and those of the
+    sidecars riding on its slots (a DSA pool's cell holds the latent and the index keys)."""
+    return sum(
+        value or 0
+        for pool, value in bytes_per_token.items()
+        if pool == KV or (pool in POOL_KINDS and POOL_KINDS[pool].rides_on_kv)
+    )
 
 
 @dataclass(frozen=True)

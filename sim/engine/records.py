@@ -207,7 +207,8 @@ class Records:
     def __init__(self, pools: Sequence[Pool]) -> None:
         aux = [pool for pool in pools if pool.name != KV]
         self.aux = [pool.name for pool in aux]
-        self.device_aux = [pool.name for pool in aux if not pool.rides_on_kv]
+        slotted = [pool for pool in aux if not pool.rides_on_kv]
+        self.device_aux = [pool.name for pool in slotted]
         """The aux pools with device slots of their own (a sidecar rides on KV's)."""
         self.pools = [pool.name for pool in pools]
         self.requests = Table(RequestRecord)
@@ -221,7 +222,7 @@ class Records:
         )
         self.timeseries = Table(
             Sample,
-            [(f"device_{p.name}_{p.residency.unit}", int) for p in aux if not p.rides_on_kv]
+            [(f"device_{p.name}_{p.residency.unit}", int) for p in slotted]
             + [(f"storage_{p.name}_bytes", int) for p in pools],
         )
 
