@@ -244,6 +244,10 @@ class Roofline:
     decode_step_bytes: float
     """What one rank reads in one decode step."""
     decode_ms_per_token: float
+    """The step at `DECODE_BATCH` requests of `DECODE_CONTEXT_TOKENS` each: the figure a
+    published time per output token is compared with."""
+    step: DecodeStepCost
+    """What the engine charges a decode step of any batch and context."""
     peaks: GpuPeaks
 
     @property
@@ -255,6 +259,14 @@ class Roofline:
             f"{self.label}: {self.prefill_flops_per_token / 1e9:.2f} GFLOP a token at "
             f"{self.peaks.prefill_mfu:.0%} of {self.peaks.bf16_dense_tflops:,g} TFLOP/s x "
             f"{self.tp} (docs/compute.md)"
+        )
+
+    def step_why(self) -> str:
+        return (
+            f"{self.label}: a step reads every weight ({self.step.step_ms:g} ms), each "
+            "request's windows and top-k latents, and every full layer's KV of the batch's "
+            f"context, at {self.peaks.decode_bandwidth_efficiency:.0%} of "
+            f"{self.peaks.hbm_tbps:g} TB/s (docs/compute.md)"
         )
 
     def decode_why(self) -> str:
@@ -310,6 +322,46 @@ def decode_step_bytes(
     return touched * bytes_per_parameter / tp + batch * (kv + indexer)
 
 
+@dataclass(frozen=True)
+class DecodeStepCost:
+    """A decode step's time, linear in what the step reads: every weight once (a mixture of
+    experts has touched all of them from a batch of total/active requests on, which the
+    presets reach below `DECODE_BATCH`), each request's fixed reads (its sliding windows, a
+    DSA layer's top-k latents) and every token of KV the batch attends in full layers."""
+
+    step_ms: float
+    ms_per_request: float
+    ms_per_ki_context_tokens: float
+
+
+def decode_step_cost(
+    preset: ModelPreset,
+    model: ModelCompute,
+    shape: AttentionShape,
+    tp: int,
+    bytes_per_s: float,
+    weights_dtype: str | None = None,
+) -> DecodeStepCost:
+    """The engine's step coefficients from the same bytes as `decode_step_bytes`, at one
+    rank's read rate `bytes_per_s`: the two agree at any batch that touches every weight and
+    any context past the window and the top-k."""
+    weight_bytes = preset.checkpoint(weights_dtype).weight_bytes / tp
+    heads = kv_heads_per_rank(preset.num_key_value_heads, tp)
+    per_layer_token = shape.latent_bytes or 2 * heads * shape.head_dim * BF16_KV_BYTES
+    per_request = shape.sliding_layers * shape.window_tokens * per_layer_token
+    per_context_token = shape.full_layers * shape.indexer_bytes
+    if shape.topk_tokens:
+        per_request += shape.full_layers * shape.topk_tokens * per_layer_token
+    else:
+        per_context_token += shape.full_layers * per_layer_token
+    ms = 1000.0 / bytes_per_s
+    return DecodeStepCost(
+        step_ms=round(weight_bytes * ms, 4),
+        ms_per_request=round(per_request * ms, 6),
+        ms_per_ki_context_tokens=round(1024 * per_context_token * ms, 6),
+    )
+
+
 def roofline(
     gpu: str,
     preset_name: str,
@@ -332,7 +384,8 @@ def roofline(
     flops = prefill_flops_per_token(model, shape)
     prefill = tp * peaks.bf16_dense_tflops * 1e12 * peaks.prefill_mfu / flops
     step_bytes = decode_step_bytes(preset, model, shape, tp, weights_dtype, decode_batch)
-    memory_s = step_bytes / (peaks.hbm_tbps * 1e12 * peaks.decode_bandwidth_efficiency)
+    bytes_per_s = peaks.hbm_tbps * 1e12 * peaks.decode_bandwidth_efficiency
+    memory_s = step_bytes / bytes_per_s
     compute_s = decode_batch / prefill
     return Roofline(
         gpu=gpu,
@@ -342,6 +395,7 @@ def roofline(
         prefill_tokens_per_s=round(prefill, 0),
         decode_step_bytes=step_bytes,
         decode_ms_per_token=round(max(memory_s, compute_s) * 1000, 3),
+        step=decode_step_cost(preset, model, shape, tp, bytes_per_s, weights_dtype),
         peaks=peaks,
     )
 

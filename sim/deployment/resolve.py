@@ -238,10 +238,20 @@ class Derivation:
         found = roofline(gpu, name, tp, dtype) if isinstance(tp, int) else None
         if found is None:
             return
-        for key, value, why in (
+        step, step_why = found.step, found.step_why()
+        derived = [
             ("compute.prefill_tokens_per_s", found.prefill_tokens_per_s, found.prefill_why()),
             ("compute.decode_ms_per_token", found.decode_ms_per_token, found.decode_why()),
-        ):
+        ]
+        step_keys = [
+            ("compute.decode_step_ms", step.step_ms, step_why),
+            ("compute.decode_ms_per_request", step.ms_per_request, step_why),
+            ("compute.decode_ms_per_ki_context_tokens", step.ms_per_ki_context_tokens, step_why),
+        ]
+        constant = has(self.doc, "compute.decode_ms_per_token") and not any(
+            has(self.doc, key) for key, _, _ in step_keys
+        )
+        for key, value, why in derived if constant else derived + step_keys:
             if not has(self.doc, key):
                 self.fill(key, value, why)
             elif self.sources[key] == USER and get(self.doc, key) != value:

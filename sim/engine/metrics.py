@@ -43,11 +43,24 @@ SUMMARY_KEYS = (
 """The contract keys, in contract order; extra keys follow them in summary.json."""
 
 EXTRA_KEYS = (
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "itl_p50_s",
+    "itl_p99_s",
+    "e2e_p50_s",
+    "e2e_p99_s",
+    "output_tokens_per_s",
+    "input_tokens_per_s",
+    "output_tokens_per_s_per_gpu",
+    "input_tokens_per_s_per_gpu",
+    "decode_steps",
+    "decode_batch_mean",
     "loops_retried",
     "loops_healed",
     "requests_finished",
     "requests_unfinished",
     "requests_rejected",
+    "requests_unfinished_late",
     "prefetch_revoked",
     "prefetch_declined",
     "prefetch_forfeited",
@@ -158,6 +171,51 @@ def _quantile(values: pd.Series | np.ndarray, q: float) -> float | None:
     return None if arr.size == 0 else float(np.quantile(arr, q))
 
 
+def _weighted_quantile(values: pd.Series, weights: pd.Series, q: float) -> float | None:
+    """The value below which a share `q` of the weight lies (the inverted CDF: a gap that
+    `tokens` tokens came after counts `tokens` times)."""
+    if values.empty:
+        return None
+    order = np.argsort(values.to_numpy(dtype=float), kind="stable")
+    sorted_values = values.to_numpy(dtype=float)[order]
+    cumulative = np.cumsum(weights.to_numpy(dtype=np.int64)[order])
+    at = int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))
+    return float(sorted_values[min(at, len(sorted_values) - 1)])
+
+
+def latency_and_throughput(
+    req: pd.DataFrame, gaps: pd.DataFrame, *, warmup_s: float, window_s: float, gpus: int
+) -> dict[str, Any]:
+    """TPOT, inter-token latency and end-to-end latency percentiles, and throughput, as
+    SGLang's `bench_serving` defines them: TPOT per finished request of more than one output
+    token (decode time over its tokens after the first); ITL over every token after a first;
+    throughput the tokens produced inside the measured window (`window_s` after warm-up),
+    per second, for the server(s) and for each of their `gpus`."""
+    finished = req.loc[req["outcome"] == "finished"]
+    many = finished[finished["output_tokens"] > 1]
+    tpot = (many["finish_s"] - many["first_token_s"]) / (many["output_tokens"] - 1)
+    e2e = finished["finish_s"] - finished["arrival_s"]
+    counted = gaps[gaps["t_s"] >= warmup_s]
+    first = req.loc[req["first_token_s"] >= warmup_s, "prompt_tokens"]
+    output = int(counted["tokens"].sum()) + len(first)
+    steps = int(counted["t_s"].nunique())
+    rate = 1.0 / window_s if window_s > 0 else 0.0
+    return {
+        "tpot_p50_s": _quantile(tpot, 0.5),
+        "tpot_p99_s": _quantile(tpot, 0.99),
+        "itl_p50_s": _weighted_quantile(counted["gap_s"], counted["tokens"], 0.5),
+        "itl_p99_s": _weighted_quantile(counted["gap_s"], counted["tokens"], 0.99),
+        "e2e_p50_s": _quantile(e2e, 0.5),
+        "e2e_p99_s": _quantile(e2e, 0.99),
+        "output_tokens_per_s": round(output * rate, 3),
+        "input_tokens_per_s": round(int(first.sum()) * rate, 3),
+        "output_tokens_per_s_per_gpu": round(output * rate / gpus, 3),
+        "input_tokens_per_s_per_gpu": round(int(first.sum()) * rate / gpus, 3),
+        "decode_steps": steps,
+        "decode_batch_mean": round(int(counted["tokens"].sum()) / steps, 3) if steps else None,
+    }
+
+
 ISSUED_COLUMNS = [
     "outcome",
     "attempt",
@@ -178,6 +236,8 @@ def summarize(
     warmup_s: float,
     events: int,
     wall_s: float,
+    window_s: float = 0.0,
+    gpus: int = 1,
 ) -> dict[str, Any]:
     """The summary keys computed from the record tables and the loops. The whole-run counters
     the components keep (storage's, each server's device tree's and prefetcher's) are theirs to
@@ -269,6 +329,11 @@ def summarize(
         "cross_instance_rewrite_objects": int(written["cross_instance_objects"].sum()),
         "loops_stale_by_other_instance": sum(1 for lp in counted if lp.stale_by_other),
     }
+    summary.update(
+        latency_and_throughput(
+            req, tables["decode_gaps"], warmup_s=warmup_s, window_s=window_s, gpus=gpus
+        )
+    )
     for kind in aux_pools:
         summary[f"written_{kind.name}_objects"] = int(written[f"{kind.name}_keys"].sum())
         if kind.rides_on_kv:

@@ -15,7 +15,7 @@ from typing import Any, get_type_hints
 import numpy as np
 import pandas as pd
 
-from sim.engine.rows import PrefetchRecord, RequestRecord, Sample, WriteRecord
+from sim.engine.rows import DecodeGap, PrefetchRecord, RequestRecord, Sample, WriteRecord
 from sim.model.pools import KV, Pool
 from sim.model.prefetch import AuxTransfer
 
@@ -60,6 +60,10 @@ class Table:
         rows.append(row)
         if len(rows) >= self.CHUNK_ROWS:
             self._pack()
+
+    def extend(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        for row in rows:
+            self.append(row)
 
     def __len__(self) -> int:
         return self._packed + len(self._rows)
@@ -225,6 +229,7 @@ class Records:
             [(f"device_{p.name}_{p.residency.unit}", int) for p in slotted]
             + [(f"storage_{p.name}_bytes", int) for p in pools],
         )
+        self.decode_gaps = Table(DecodeGap)
 
     def add_prefetch(self, row: PrefetchRecord, transfers: Sequence[AuxTransfer]) -> None:
         """A prefetch row with each aux pool's keys (None: no transfer) and hit pages."""
@@ -272,4 +277,5 @@ class Records:
             "prefetches": self.prefetches.drain(),
             "writes": self.writes.drain(),
             "timeseries": self.timeseries.drain(),
+            "decode_gaps": self.decode_gaps.drain(),
         }

@@ -35,6 +35,15 @@ class RequestRecord(NamedTuple):
     turn: int
 
 
+class DecodeGap(NamedTuple):
+    """`tokens` output tokens decoded at `t_s`, each `gap_s` after its request's previous one
+    (the inter-token latency; a prefill batch between two steps is in the gap)."""
+
+    t_s: float
+    gap_s: float
+    tokens: int
+
+
 class PrefetchRecord(NamedTuple):
     """A settled prefetch; each aux pool adds `<pool>_keys` and `<pool>_hit_pages`."""
 

@@ -67,7 +67,7 @@ def run(
             f"of {scenario.duration_s:g} s"
         ) from None
     wall_s = time.perf_counter() - started
-    events, warmup_s = sim.env.events, sim.warmup_s
+    events = sim.env.events
     storage_counters = sim.storage.counters()
     servers = [_ServerResult.of(server) for server in sim.servers]
     loops = _cluster_loops(sim)
@@ -93,10 +93,12 @@ def run(
         warmup_s=scenario.warmup_s,
         events=events,
         wall_s=wall_s,
+        window_s=scenario.duration_s - scenario.warmup_s,
+        gpus=scenario.server.tp_size * len(servers),
     )
     summary.update(storage_counters)
     summary.update(_summed(server.counters for server in servers))
-    tables["instances"] = _instance_summaries(servers, tables, aux_pools, page_size, warmup_s)
+    tables["instances"] = _instance_summaries(servers, tables, aux_pools, scenario)
     summary.update(cluster_summary(tables["instances"]))
     return RunResult(scenario, in_key_order(summary), tables, loops)
 
@@ -160,6 +162,7 @@ TABLE_TIMES = {
     "prefetches": "resolved_s",
     "writes": "t_s",
     "timeseries": "t_s",
+    "decode_gaps": "t_s",
 }
 """Each record table and the column a cluster's stacked table is ordered by."""
 
@@ -181,8 +184,7 @@ def _instance_summaries(
     servers: list[_ServerResult],
     tables: dict[str, pd.DataFrame],
     aux_pools: list[Any],
-    page_size: int,
-    warmup_s: float,
+    scenario: Scenario,
 ) -> pd.DataFrame:
     """One summary row per server: the summary keys computed on its own rows and loops (the
     storage counters, which belong to the shared backend, and the run's cost are left out)."""
@@ -197,10 +199,12 @@ def _instance_summaries(
             own,
             server.loops,
             aux_pools=aux_pools,
-            page_size=page_size,
-            warmup_s=warmup_s,
+            page_size=scenario.model.page_size,
+            warmup_s=scenario.warmup_s,
             events=0,
             wall_s=0.0,
+            window_s=scenario.duration_s - scenario.warmup_s,
+            gpus=scenario.server.tp_size,
         )
         row.update(server.counters)
         for key in ("events", "wall_s"):

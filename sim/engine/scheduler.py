@@ -1,14 +1,16 @@
-"""A server's scheduler: its passes, each a prefill batch of chunks, and the decode of each
-request that reaches its first token.
+"""A server's scheduler: its passes, each a prefill batch of chunks or a decode step of the
+running batch (`sim.engine.running_batch`), one forward at a time.
 
-A request computes in one prefill per chunk and one decode step, so the event count grows with
-requests and chunks, never with pages. Admission settles a request's prefetch
+A request computes in one prefill per chunk; decode steps are timed in runs between changes of
+the batch, so the event count grows with requests, chunks and wake-ups, never with pages or
+tokens. Admission settles a request's prefetch
 (`sim.engine.prefetch_io`) and reserves its memory; each insert offers the write path the new
 nodes (`sim.engine.write_back`).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any
 import simpy
 
 from sim.engine.job import Job
+from sim.engine.rows import DecodeGap
 from sim.engine.write_back import WriteBack
 from sim.model.prefetch import Outcome
 
@@ -38,12 +41,14 @@ class Scheduler(WriteBack):
     """The scheduler's passes and the requests' prefill and decode on one server."""
 
     def scheduling(self) -> Generator[simpy.Event, Any, None]:
-        """The scheduler's passes: each polls the retries, then runs a prefill batch if it can
-        form one. With no batch it sleeps until something changes, unless a retry is pending:
-        then passes go on, a decode step each while requests decode, else an idle spin."""
+        """SGLang's event loop: each pass polls the retries, then runs a prefill batch if it
+        can form one, else a decode step of the running batch (`get_next_batch_to_run`: a
+        prefill batch first, so it pauses decode). With neither it sleeps until something
+        changes, unless a retry is pending: then passes go on as idle spins."""
         env, timing = self.env, self.model.timing
         while True:
             self._poll_retries()
+            self._wake = env.event()
             batch = self._prefill_batch()
             if batch:
                 if self.load_changed is not None:
@@ -54,14 +59,38 @@ class Scheduler(WriteBack):
                 if self.load_changed is not None:
                     self.load_changed(self)
                 continue
+            if self.running_batch.size:
+                yield from self._decode_steps()
+                continue
             retries = self.model.retries
             if retries is not None and retries.pending:
                 yield env.timeout(
                     timing.decode_step_s if self.decoding_jobs else timing.idle_pass_s
                 )
                 continue
-            self._wake = env.event()
             yield self._wake
+
+    def _decode_steps(self) -> Generator[simpy.Event, Any, None]:
+        """Decode steps until a request ends or the scheduler is woken (a pass may then form a
+        prefill batch): the steps are timed in one go, and a wake-up ends the run at the end of
+        the step it falls in. While a retry is pending each step is a pass of its own."""
+        env, batch = self.env, self.running_batch
+        retries = self.model.retries
+        paced = retries is not None and retries.pending
+        ends = batch.step_ends(env.now, 1 if paced else batch.steps_to_next_end())
+        if len(ends) == 1:
+            yield env.timeout(ends[0] - env.now)
+        else:
+            yield env.timeout(ends[-1] - env.now) | self._wake
+            if env.now < ends[-1]:
+                done = bisect.bisect_left(ends, env.now)
+                if ends[done] > env.now:
+                    yield env.timeout(ends[done] - env.now)
+                del ends[done + 1 :]
+        finished, gaps = batch.advance(ends)
+        self.records.decode_gaps.extend(gaps)
+        for job in finished:
+            self._decoded(job)
 
     def _prefill_batch(self) -> list[Chunk]:
         """One pass's prefill: the chunked request's next chunk first, then waiting requests
@@ -194,8 +223,13 @@ class Scheduler(WriteBack):
             backup_path=self.model.buffer_only,
         )
         self.decoding_jobs += 1
-        decode = self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
-        decode.callbacks.append(lambda _e: self._decoded(job))
+        if not self.model.timing.batched_decode:
+            decode = self.env.timeout(self.model.timing.decode_s(job.req.output_tokens))
+            decode.callbacks.append(lambda _e: self._decoded_alone(job))
+        elif job.req.output_tokens > 1:
+            self.running_batch.join(job, self.env.now)
+        else:
+            self._decoded(job)
 
     def _resolve_prefetch(self, job: Job) -> int:
         """Settle an issued prefetch through the model; returns the loaded endpoint (pages)."""
@@ -252,9 +286,17 @@ class Scheduler(WriteBack):
 
     # ------------------------------------------------------------------ decode and finish
 
+    def _decoded_alone(self, job: Job) -> None:
+        """`decode: per_request`: the timer's tokens after the first, evenly spaced."""
+        tokens, first_s = job.req.output_tokens - 1, job.first_token_s
+        if tokens > 0 and first_s is not None:
+            now = self.env.now
+            self.records.decode_gaps.append(DecodeGap(now, (now - first_s) / tokens, tokens))
+        self._decoded(job)
+
     def _decoded(self, job: Job) -> None:
-        """A request's decode ended (a timer's callback: nothing waits on a decode, so it is no
-        process): insert its output, release its memory and let it leave."""
+        """A request's decode ended (its last step, or its timer's callback with `decode:
+        per_request`): insert its output, release its memory and let it leave."""
         self.decoding_jobs -= 1
         self._insert(job, job.req.pages, computed_from=job.req.prompt_pages)
         self.tree.unlock(job.lock_node)

@@ -31,9 +31,14 @@ class Server(Scheduler):
             self.env.process(self.flushing())
 
     def finish(self) -> None:
-        """Record the requests still waiting or running at the horizon as unfinished."""
+        """Record the requests still waiting or running at the horizon as unfinished, and count
+        those that arrived too late to finish even alone on the server."""
+        horizon, timing = self.env.now, self.model.timing
         for job in [*self.waiting, *self.running.values()]:
             self._record_request(job, "unfinished")
+            req = job.req
+            if req.arrival_s >= self.warmup_s and req.arrival_s + timing.alone_s(req) > horizon:
+                self.unfinished_late += 1
 
     def counters(self) -> dict[str, int]:
         """This server's whole-run counters for the summary (docs/metrics.md): its device
@@ -48,6 +53,7 @@ class Server(Scheduler):
                 for name, pages in self.prefetcher.clamped_pages.items()
             },
             "hit_query_halts": int(self.prefetcher.hit_queries_halted_s is not None),
+            "requests_unfinished_late": self.unfinished_late,
             **self.tree.counters(),
         }
 

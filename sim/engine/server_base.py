@@ -22,6 +22,7 @@ from sim.engine.job import Job
 from sim.engine.links import Link
 from sim.engine.records import Records
 from sim.engine.rows import PrefetchRecord
+from sim.engine.running_batch import RunningBatch
 from sim.model.backup import BackupIntent, StagedWrite
 from sim.model.build import ServerModel
 from sim.model.prefetch import PrefetchOp
@@ -87,6 +88,9 @@ class ServerBase:
         self.chunked: Job | None = None
         """The request whose prefill continues next pass (at most one, as SGLang's chunked_req)."""
         self.decoding_jobs = 0
+        self.running_batch = RunningBatch(model.timing)
+        self.unfinished_late = 0
+        """Requests unfinished at the horizon that arrived too late to finish even alone."""
         self._marked: dict[int, Job] = {}
         """Requests marked for a pass-paced retry."""
         self.io_halted_s: float | None = None

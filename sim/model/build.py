@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from sim.model.prefetch_policies import PrefetchTimeout
 from sim.model.radix import RadixTree
 from sim.model.retries import PrefetchRetries
 from sim.model.storage import Storage
-from sim.workload.kinds import Workload
+from sim.workload.kinds import Request, Workload
 
 if TYPE_CHECKING:
     from sim.scenario.schema import Scenario
@@ -86,6 +86,28 @@ class Timing:
     """Copies one object of each pool takes under direct io."""
     load_copies_per_page: int = 0
     """Copies a restored page takes: the copies of KV and of every per-page aux pool."""
+    batched_decode: bool = True
+    """One forward stream: decode steps of the whole running batch (False: a timer a request)."""
+    step_s: float = 0.02
+    s_per_request: float = 0.0
+    s_per_context_token: float = 0.0
+
+    def decode_batch_step_s(self, batch: int, context_tokens: int) -> float:
+        """One decode step of `batch` requests attending `context_tokens` in all: the bytes it
+        reads, and never less than computing its tokens at the prefill rate."""
+        memory_s = self.step_s + batch * self.s_per_request
+        memory_s += context_tokens * self.s_per_context_token
+        return max(memory_s, batch / self.prefill_tokens_per_s)
+
+    def alone_s(self, req: Request) -> float:
+        """A request's prefill and decode on an idle server with nothing cached: the least
+        time it could take."""
+        if not self.batched_decode:
+            return req.prompt_tokens / self.prefill_tokens_per_s + self.decode_s(req.output_tokens)
+        steps = max(req.output_tokens - 1, 0)
+        context = req.prompt_tokens + req.output_tokens // 2
+        decode_s = steps * self.decode_batch_step_s(1, context)
+        return req.prompt_tokens / self.prefill_tokens_per_s + decode_s
 
     def prefill_s(self, recomputed_tokens: int, loaded_pages: int) -> float:
         load_s = self._host_link_s(
@@ -112,6 +134,20 @@ class Timing:
     def _host_link_s(self, nbytes: float, copies: int) -> float:
         """Bytes across the host link, and the per-copy overhead of direct io."""
         return nbytes / self.pcie_bps + copies * self.copy_overhead_s
+
+
+def decode_step(scenario: Scenario) -> dict[str, Any]:
+    """`Timing`'s decode fields from the scenario's compute section, in seconds."""
+    compute = scenario.compute
+    step_ms = compute.decode_step_ms
+    if step_ms is None:
+        step_ms = compute.decode_ms_per_token
+    return {
+        "batched_decode": compute.decode == "batched",
+        "step_s": step_ms / 1000.0,
+        "s_per_request": compute.decode_ms_per_request / 1000.0,
+        "s_per_context_token": compute.decode_ms_per_ki_context_tokens / 1024 / 1000.0,
+    }
 
 
 WRITE_BACKLOG_DEVICE_POOLS = 2
@@ -347,6 +383,7 @@ def build_server(scenario: Scenario, storage: Storage, instance: int = 0) -> Ser
         copy_overhead_s=scenario.host.copy_overhead_us / 1e6,
         copies=copies,
         load_copies_per_page=sum(copies[n] for n, p in pools.items() if p.residency.per_page),
+        **decode_step(scenario),
     )
     return ServerModel(
         instance=instance,

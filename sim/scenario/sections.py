@@ -238,8 +238,21 @@ class ComputeSpec(Strict):
     """From 1 token/s (below it one request outlasts any run); the top is far above any GPU so
     that oracle scenarios can make prefill free (1e12)."""
     decode_ms_per_token: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] = 20.0
-    """Up to a million ms (1,000 s) a token: beyond it one output token outlasts any run, and
-    a huge figure (1e308) would make every decode time infinite."""
+    """A decode step's time when `decode_step_ms` is null (a step of any batch, or with
+    `decode: per_request` each token's). Up to a million ms (1,000 s): beyond it one output
+    token outlasts any run, and a huge figure (1e308) would make every decode time infinite."""
+    decode: Literal["batched", "per_request"] = "batched"
+    """`batched`: one forward stream, as SGLang's event loop runs it (a decode step serves every
+    running request and waits for a prefill batch); `per_request`: each request decodes on a
+    timer of its own beside prefill (the simulator's earlier model)."""
+    decode_step_ms: Annotated[float, Field(strict=True, ge=0.0, le=1e6)] | None = None
+    """A decode step's time whatever its batch (reading every weight once); null:
+    `decode_ms_per_token`."""
+    decode_ms_per_request: Annotated[float, Field(strict=True, ge=0.0, le=1e4)] = 0.0
+    """What each request of the batch adds to a step (its fixed reads: sliding windows, top-k
+    latents)."""
+    decode_ms_per_ki_context_tokens: Annotated[float, Field(strict=True, ge=0.0, le=1e4)] = 0.0
+    """What every 1,024 tokens of context the batch attends add to a step (full layers' KV)."""
     chunk_tokens: Annotated[int, Field(strict=True, ge=1, le=2**24)] | None = 8192
     """Chunked prefill (SGLang's --chunked-prefill-size): every chunk end is an insert, so a
     node end with its aux state kept; null: one pass."""
