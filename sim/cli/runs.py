@@ -355,7 +355,16 @@ def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Hardware profile to write (default: hardware-<device name>.yaml here).",
+    help="File to write (default: hardware-<device name>.yaml, or with --step-times "
+    "compute-<table name>.yaml, here).",
+)
+@click.option(
+    "--step-times",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Fit the scenario's compute section from this table of measured forward times (a "
+    "CSV of phase,batch_size,tokens,ms, or SGLang bench_one_batch JSONL) instead of "
+    "measuring the host link; needs no GPU.",
 )
 @click.option(
     "--device",
@@ -373,16 +382,32 @@ def export_trace_cmd(run_dir: Path, pool: str, out: Path | None) -> None:
     help="Timed repetitions per measurement (the median is kept).",
 )
 @click.option("--force", is_flag=True, help="Replace an existing --out.")
+@click.pass_context
 @bad_input
-def calibrate_cmd(out: Path | None, device_index: int, repeats: int, force: bool) -> None:
+def calibrate_cmd(
+    ctx: click.Context,
+    out: Path | None,
+    step_times: Path | None,
+    device_index: int,
+    repeats: int,
+    force: bool,
+) -> None:
     """Measure this CUDA GPU's host link and memory; write a file a scenario names as
-    `hardware: {calibration: FILE}`. Needs PyTorch with CUDA (the `calibrate` extra)."""
+    `hardware: {calibration: FILE}`. Needs PyTorch with CUDA (the `calibrate` extra). With
+    --step-times, fit `compute:` from measured step times instead (docs/compute.md)."""
     from sim.studies import calibrate
 
     if out is not None:
         check_path("--out", out)
         if (out.exists() or out.is_symlink()) and not force:
             raise FileExistsError(f"{out} already exists (use --force to replace it)")
+    if step_times is not None:
+        for name in ("device_index", "repeats"):
+            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE:
+                option = "--device" if name == "device_index" else "--repeats"
+                raise ScenarioError(option, option, "measures the host link; not with --step-times")
+        _calibrate_steps(step_times, out, force)
+        return
     try:
         measurer = calibrate.open_measurer(device_index, repeats)
     except calibrate.CalibrationUnavailable as exc:
@@ -400,6 +425,26 @@ def calibrate_cmd(out: Path | None, device_index: int, repeats: int, force: bool
     click.echo(calibrate.format_calibration(result))
     calibrate.write_calibration(result, target, force=force)
     click.echo(f"wrote {target}")
+
+
+def _calibrate_steps(table_path: Path, out: Path | None, force: bool) -> None:
+    """`calibrate --step-times`: read, fit, print, write; nothing is written on bad input."""
+    from sim.outputs.files import refuse_output
+    from sim.studies import step_fit
+    from sim.studies.step_table import read_step_table
+
+    check_path("--step-times", table_path)
+    target = out or step_fit.default_out(table_path)
+    if (target.exists() or target.is_symlink()) and not force:
+        raise FileExistsError(f"{target} already exists (use --force to replace it)")
+    refuse_output(target)
+    fit = step_fit.fit_steps(read_step_table(table_path), str(table_path))
+    click.echo(step_fit.format_fit(fit))
+    for warning in fit.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    step_fit.write_fit(fit, target, force=force)
+    click.echo(f"wrote {target}; a scenario pastes its compute: section, or runs with")
+    click.echo(f"  {step_fit.set_line(fit)}")
 
 
 @cli.command("schema")

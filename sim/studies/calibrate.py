@@ -297,8 +297,13 @@ def _size(chunk_bytes: int) -> str:
 def default_out(device_name: str) -> Path:
     """`hardware-<device name>.yaml` in the current directory, the name lower-cased with runs
     of anything but letters and digits made one hyphen (`NVIDIA H200` → hardware-nvidia-h200)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "gpu"
-    return Path(f"hardware-{slug[:100]}.yaml")
+    return Path(f"hardware-{slug(device_name, 'gpu')}.yaml")
+
+
+def slug(text: str, fallback: str) -> str:
+    """`text` lower-cased with runs of anything but letters and digits made one hyphen, at
+    most 100 characters: a safe part of a file name (`fallback` if nothing is left)."""
+    return (re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or fallback)[:100]
 
 
 def format_calibration(cal: Calibration) -> str:
