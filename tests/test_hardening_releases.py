@@ -77,8 +77,9 @@ def test_a_decode_bound_run_is_told_to_change_the_decode_speed() -> None:
 
     summary = {"requests": 1000, "requests_unfinished": 50, "prompt_tokens": 10, "ttft_p50_s": 0.1}
     reasons = overload_reasons(summary, prefill_tokens_per_s=1000.0, window_s=600.0)
-    assert len(reasons) == 1 and "compute.decode_ms_per_token" in reasons[0]
-    assert "compute.decode_ms_per_token" in fix_for(reasons)
+    assert len(reasons) == 1 and "decode steps of the running batch" in reasons[0]
+    assert "compute.decode_step_ms" in reasons[0] and "compute.decode_step_ms" in fix_for(reasons)
+    assert "compute.prefill_tokens_per_s" not in fix_for(reasons)
     queued = overload_reasons({**summary, "ttft_p50_s": 30.0}, 1000.0, 600.0)
     assert "compute.prefill_tokens_per_s" in fix_for(queued)
 

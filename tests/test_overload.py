@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sim.outputs.overload import TTFT_P50_LIMIT_S, overload_reasons
+from sim.outputs.overload import TTFT_P50_LIMIT_S, late_note, overload_reasons, study_late_note
 from tests.conftest import REPO, TINY_SWEEP, invoke, make_doc, ok
 
 HEALTHY: dict[str, Any] = {
@@ -41,6 +41,59 @@ def test_a_healthy_run_has_no_reason() -> None:
 def test_each_sign_of_overload_is_a_reason(change: dict[str, Any], rate: float, said: str) -> None:
     reasons = overload_reasons({**HEALTHY, **change}, prefill_tokens_per_s=rate, window_s=600.0)
     assert len(reasons) == 1 and said in reasons[0], reasons
+
+
+def test_requests_that_arrived_too_late_to_finish_are_not_overload() -> None:
+    """Unfinished requests that could not have finished by the horizon even alone on an idle
+    server are the horizon's doing: the share is judged without them, and a note says how
+    many there were."""
+    late = {**HEALTHY, "requests_unfinished": 50, "requests_unfinished_late": 48}
+    assert overload_reasons(late, prefill_tokens_per_s=1000.0, window_s=600.0) == []
+    assert late_note(late) == (
+        "in the run, 48 requests arrived too late to finish by the horizon (not counted as "
+        "overload)"
+    )
+    some = {**late, "requests_unfinished_late": 30}
+    reasons = overload_reasons(some, prefill_tokens_per_s=1000.0, window_s=600.0)
+    assert len(reasons) == 1 and "20 of 1,000 requests (2.0%) never finished" in reasons[0]
+    assert late_note(HEALTHY) is None
+    assert late_note({**HEALTHY, "requests_unfinished_late": 0}) is None
+
+
+LATE = {
+    "duration_s": 40,
+    "workload.requests": 120,
+    "workload.output_tokens": 1000,
+    "compute.prefill_tokens_per_s": 1_000_000,
+    "device.kv_pages": 8000,
+    "device.swa_pages": 8000,
+    "host.pages": 16000,
+}
+"""Four requests a second for 30 s, each 20 s of decode alone on an idle server, and a 40 s
+horizon: those that arrive after about 20 s cannot finish, the others do."""
+
+
+def test_run_and_sweep_note_late_requests_instead_of_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "late.yaml").write_text(yaml.safe_dump(make_doc(**LATE)))
+    told = ok(invoke("run", "late.yaml", "--out", "r"))
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    late = summary["requests_unfinished_late"]
+    assert late > 0.01 * summary["requests"] and summary["requests_unfinished"] == late
+    assert "overloaded" not in told.stderr
+    assert (
+        f"note: in the run, {late:,} requests arrived too late to finish by the horizon (not "
+        "counted as overload)"
+    ) in told.stderr
+    doc = make_doc(**LATE)
+    doc["sweep"] = {"grid": {"duration_s": [40, 80]}}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(doc))
+    told = ok(invoke("sweep", "sweep.yaml", "--executor", "serial", "--out", "s"))
+    assert "overloaded" not in told.stderr
+    assert "note: in 1 of 2 runs of this sweep, " in told.stderr
+    assert study_late_note(tmp_path / "s" / "tasks", "sweep") in told.stderr
 
 
 @pytest.fixture

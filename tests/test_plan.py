@@ -35,7 +35,7 @@ COSTS = {
 
 
 def priced_doc(**overrides: Any) -> dict[str, Any]:
-    doc = make_doc(**TINY_SWEEP, **overrides)
+    doc = make_doc(**{**TINY_SWEEP, **overrides})
     doc["hardware"] = {"gpu": "h200"}
     doc["storage"]["pools"] = {"kv": {"capacity_gb": 1.0}, "swa": {"capacity_gb": 0.1}}
     doc["costs"] = json.loads(json.dumps(COSTS))
@@ -103,6 +103,44 @@ def test_two_axes_answer_meets_every_target_and_nothing_cheaper_does(work: Path)
         servers = p.values["cluster.instances"]
         hand = servers * 3.0 + 1.0 * 0.1 / HOURS_PER_MONTH + p.values[SWA] * 1.0
         assert p.gpus == servers and p.cost_usd_per_hour == pytest.approx(hand)
+
+
+DECODING = {
+    "workload.output_tokens": 200,
+    "workload.arrival_rate_per_s": 20,
+    "compute.decode_step_ms": 10,
+    "compute.decode_ms_per_request": 0.2,
+    "device.kv_pages": 8000,
+    "device.swa_pages": 8000,
+    "host.pages": 16000,
+}
+"""Twenty requests a second of 200 output tokens each on servers whose decode step grows with
+the running batch (10 ms and 0.2 ms a request): one server runs about 110 requests at once
+(TPOT p99 about 60 ms), two about 30 (30 ms), four about 10 (17 ms)."""
+
+
+@pytest.mark.parametrize(("bound", "servers"), [(0.05, 2), (0.025, 4)])
+def test_a_tpot_target_drives_capacity_and_plan(work: Path, bound: float, servers: int) -> None:
+    """TPOT rises with the requests decoding at once: the servers a TPOT target needs move
+    with the target, in a capacity scan and in a plan, where an end-to-end target alone needs
+    two servers and both targets must hold."""
+    (work / "decode.yaml").write_text(yaml.safe_dump(priced_doc(**DECODING), sort_keys=False))
+    scenario, target, seeds = load_scenario(work / "decode.yaml"), f"tpot_p99_s<={bound}", 3
+    cap = CapacitySearch(
+        scenario, "decode.yaml", "cluster.instances", target, seeds, work / "cap",
+        executor="serial", progress=False,
+    ).scan([1, 2, 4])  # fmt: skip
+    assert cap.answer == servers
+    fewer = [ev for ev in cap.evaluations if ev.value < servers]
+    assert fewer and all(not ev.meets and ev.mean > bound for ev in fewer)
+    axes: list[tuple[str, list[Any]]] = [("cluster.instances", [1, 2, 4])]
+    for targets, answer in ((["e2e_p99_s<=9"], 2), (["e2e_p99_s<=9", target], servers)):
+        found = PlanSearch(
+            scenario, "decode.yaml", axes, targets, seeds, work / f"p{len(targets)}",
+            executor="serial",
+        ).run()  # fmt: skip
+        assert found.answer is not None and found.answer.values["cluster.instances"] == answer
+    assert found.answer.stats["tpot_p99_s"]["ci_high"] <= bound
 
 
 def test_tensor_parallel_servers_cost_their_gpus(work: Path) -> None:

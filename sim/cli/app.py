@@ -123,23 +123,31 @@ def warn_sizes(scenario: Scenario) -> None:
 
 
 def warn_overload(summary: Mapping[str, Any], scenario: Scenario, where: str = "the run") -> None:
-    """A run whose server could not keep up (sim.outputs.overload), on stderr."""
-    from sim.outputs.overload import config_overload, overload_warning
+    """A run whose server could not keep up (sim.outputs.overload), on stderr, and a note of the
+    requests that arrived too late to finish by the horizon, which are not overload."""
+    from sim.outputs.overload import config_overload, late_note, overload_warning
     from sim.scenario.schema import scenario_document
 
     line = overload_warning(config_overload(summary, scenario_document(scenario)), where)
     if line:
         click.echo(f"warning: {line}", err=True)
+    note = late_note(summary, where)
+    if note:
+        click.echo(f"note: {note}", err=True)
 
 
 def warn_study_overload(tasks: Path, scenario: Scenario, what: str) -> None:
-    """A sweep, capacity search or plan with overloaded runs among its finished ones."""
-    from sim.outputs.overload import study_overload
+    """A sweep, capacity search or plan with overloaded runs among its finished ones, and a
+    note of the requests its runs left unfinished only for arriving too late."""
+    from sim.outputs.overload import study_late_note, study_overload
     from sim.scenario.schema import scenario_document
 
     line = study_overload(tasks, scenario_document(scenario), what)
     if line:
         click.echo(f"warning: {line}", err=True)
+    note = study_late_note(tasks, what)
+    if note:
+        click.echo(f"note: {note}", err=True)
 
 
 def trace_requests(scenario: Scenario) -> int:

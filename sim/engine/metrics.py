@@ -172,15 +172,21 @@ def _quantile(values: pd.Series | np.ndarray, q: float) -> float | None:
 
 
 def _weighted_quantile(values: pd.Series, weights: pd.Series, q: float) -> float | None:
-    """The value below which a share `q` of the weight lies (the inverted CDF: a gap that
-    `tokens` tokens came after counts `tokens` times)."""
-    if values.empty:
-        return None
+    """`np.quantile` (linear interpolation, as SGLang's `bench_serving` takes its ITL
+    percentiles) of the sample where each value is repeated its weight times (a gap that
+    `tokens` tokens came after counts `tokens` times), without building that sample: the two
+    ranks around `q * (n - 1)` are found in the cumulative weights."""
     order = np.argsort(values.to_numpy(dtype=float), kind="stable")
     sorted_values = values.to_numpy(dtype=float)[order]
     cumulative = np.cumsum(weights.to_numpy(dtype=np.int64)[order])
-    at = int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))
-    return float(sorted_values[min(at, len(sorted_values) - 1)])
+    if cumulative.size == 0 or cumulative[-1] <= 0:
+        return None
+    rank = q * float(cumulative[-1] - 1)
+    below = int(np.floor(rank))
+    above = min(below + 1, int(cumulative[-1]) - 1)
+    low, high = sorted_values[np.searchsorted(cumulative, [below, above], side="right")]
+    share = rank - below
+    return float(low + (high - low) * share if share < 0.5 else high - (high - low) * (1 - share))
 
 
 def latency_and_throughput(

@@ -9,7 +9,7 @@ runs says so (stderr and the report), naming what to change.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +21,21 @@ TTFT_P50_LIMIT_S = 10.0
 scale of an interactive TTFT target (a chosen bound, stated in docs/reliability.md)."""
 UNFINISHED_SHARE = 0.01
 """Requests still unfinished at the horizon, as a share of those counted, above which the run is
-called overloaded (a few in flight at the end are normal)."""
+called overloaded (a few in flight at the end are normal). Those that arrived too late to finish
+by the horizon even alone on an idle server (`requests_unfinished_late`) are not counted: the
+horizon cut them off, not the load."""
 
 _FIX = (
     "raise compute.prefill_tokens_per_s to what the deployment's GPU does, add servers "
     "(cluster.instances), or shorten the workload"
 )
 _DECODE_FIX = (
-    "lower compute.decode_ms_per_token to what the deployment's GPU does, shorten the outputs "
-    "(the workload's output tokens), or lengthen duration_s"
+    "lower the decode step (compute.decode_step_ms, decode_ms_per_request and "
+    "decode_ms_per_ki_context_tokens; left out, the roofline of the named GPU sets them) to "
+    "what the deployment's GPU does, add servers (cluster.instances) so that each running batch "
+    "is smaller, shorten the outputs (the workload's output tokens), or lengthen duration_s"
 )
-DECODE_BOUND = "compute.decode_ms_per_token"
+DECODE_BOUND = "compute.decode_step_ms"
 """Named by the reason of a run whose prefill kept up but whose requests did not finish."""
 
 
@@ -47,7 +51,11 @@ def overload_reasons(
     offered faster than the compute rate, or a median TTFT above TTFT_P50_LIMIT_S."""
     reasons = []
     requests = _number(summary.get("requests"))
-    unfinished = _number(summary.get("requests_unfinished"))
+    unfinished = max(
+        _number(summary.get("requests_unfinished"))
+        - _number(summary.get("requests_unfinished_late")),
+        0.0,
+    )
     if requests > 0 and unfinished > UNFINISHED_SHARE * requests:
         reasons.append(
             f"{unfinished:,.0f} of {requests:,.0f} requests ({unfinished / requests:.1%}) never "
@@ -71,10 +79,22 @@ def overload_reasons(
     judged = bool(prefill_tokens_per_s) and window_s > 0
     if judged and len(reasons) == 1 and reasons[0].endswith("never finished"):
         reasons[0] += (
-            f" while prefill kept up (TTFT p50 {ttft:,.2f} s): the decode, output tokens x "
-            f"{DECODE_BOUND}, outlasts the run"
+            f" while prefill kept up (TTFT p50 {ttft:,.2f} s): the decode steps of the running "
+            f"batch ({DECODE_BOUND} plus what each request and its context add) outlast the run"
         )
     return reasons
+
+
+def late_note(summary: Mapping[str, Any], where: str = "the run") -> str | None:
+    """How many requests were left unfinished only because they arrived too late to finish by
+    the horizon even alone on an idle server (None: none were): said, not called overload."""
+    late = _number(summary.get("requests_unfinished_late"))
+    if late <= 0:
+        return None
+    return (
+        f"in {where}, {late:,.0f} requests arrived too late to finish by the horizon (not "
+        "counted as overload)"
+    )
 
 
 SETTINGS = ("compute.prefill_tokens_per_s", "cluster.instances", "duration_s", "warmup_s")
@@ -103,14 +123,7 @@ def study_overload(tasks: Path, config: Mapping[str, Any], what: str) -> str | N
     """One line for a sweep, capacity search or plan whose finished runs (`tasks/`, one JSON
     file a run) include overloaded ones: how many, the first one's point and why."""
     overloaded, total, first = 0, 0, ""
-    for path in sorted(tasks.glob("*.json")) if tasks.is_dir() else []:
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        summary, point = record.get("summary"), record.get("values") or {}
-        if not isinstance(summary, Mapping) or not isinstance(point, Mapping):
-            continue
+    for record, summary, point in _run_records(tasks):
         total += 1
         reasons = config_overload(summary, config, _as_resolved(record, point))
         if reasons:
@@ -125,6 +138,36 @@ def study_overload(tasks: Path, config: Mapping[str, Any], what: str) -> str | N
         "storage figures describe a queue, and an answer from them sizes the wrong thing: "
         f"{fix_for([first])}"
     )
+
+
+def study_late_note(tasks: Path, what: str) -> str | None:
+    """`late_note` for a sweep, capacity search or plan: how many of its finished runs left
+    requests unfinished only because they arrived too late, and how many requests in all."""
+    runs, total, late = 0, 0, 0.0
+    for _, summary, _ in _run_records(tasks):
+        total += 1
+        count = _number(summary.get("requests_unfinished_late"))
+        runs += count > 0
+        late += count
+    if not late:
+        return None
+    return (
+        f"in {runs:,} of {total:,} runs of this {what}, {late:,.0f} requests in all arrived too "
+        "late to finish by the horizon (not counted as overload)"
+    )
+
+
+def _run_records(tasks: Path) -> Iterator[tuple[Mapping[str, Any], ...]]:
+    """Each finished run of a study (`tasks/`, one JSON file a run): its record, summary and
+    point; unreadable or partial records are skipped."""
+    for path in sorted(tasks.glob("*.json")) if tasks.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        summary, point = record.get("summary"), record.get("values") or {}
+        if isinstance(summary, Mapping) and isinstance(point, Mapping):
+            yield record, summary, point
 
 
 def _as_resolved(record: Mapping[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:
@@ -145,14 +188,7 @@ def answer_overload(
     if values is None:
         return None
     runs, warnings = 0, []
-    for path in sorted(tasks.glob("*.json")) if tasks.is_dir() else []:
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        summary, point = record.get("summary"), record.get("values")
-        if not isinstance(summary, Mapping) or not isinstance(point, Mapping):
-            continue
+    for record, summary, point in _run_records(tasks):
         if set(point) != set(values) or any(point[k] != v for k, v in values.items()):
             continue
         runs += 1

@@ -375,6 +375,31 @@ def wheel_source(release: str, path: str) -> str | None:
         return archive.read(path).decode()
 
 
+@cache
+def stubbed_wheel_module(release: str, name: str) -> types.ModuleType:
+    """A release's module outside the unpacked sources (`sglang.benchmark.serving`), read from
+    its wheel and run with every `sglang` module it imports stubbed, and every third-party one
+    this machine lacks or `STUBBED` names: for code whose functions under test use only numpy
+    and the standard library."""
+    path = name.replace(".", "/") + ".py"
+    source = wheel_source(release, path)
+    if source is None:
+        raise RuntimeError(f"the sglang {release} wheel has no {path}")
+    saved = _take_modules()
+    finder = _ReleaseFinder(source_dir(release), ())
+    sys.meta_path.insert(0, finder)
+    module = types.ModuleType(name)
+    module.__file__ = f"sglang-{release}/{path}"
+    sys.modules[name] = module  # its dataclasses look their module up while they are made
+    try:
+        exec(compile(source, module.__file__, "exec"), module.__dict__)
+        return module
+    finally:
+        sys.meta_path.remove(finder)
+        _take_modules()
+        sys.modules.update(saved)
+
+
 def _wheel_module(release: str, name: str) -> types.ModuleType:
     """One self-contained module of a release, read from its wheel and run."""
     path = name.replace(".", "/") + ".py"
