@@ -88,6 +88,8 @@ def test_the_scenario_runs_the_measurements_deployment(m: PublishedMeasurement) 
     assert isinstance(workload, ConcurrencyWorkload)
     assert workload.concurrency == m.compared_batch
     assert workload.requests >= workload.concurrency
+    if m.benchmark == "one_batch":
+        assert workload.requests == workload.concurrency, "bench_one_batch_server sends one batch"
     for stated, drawn in (
         (m.input_tokens, workload.input_tokens),
         (m.output_tokens, workload.output_tokens),

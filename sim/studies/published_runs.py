@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pandas as pd
-
 from sim.deployment.compute import DECODE_BATCH
 from sim.deployment.published import PublishedMeasurement, apart
 from sim.deployment.published_figures import PUBLISHED
@@ -140,18 +138,3 @@ def published_table() -> str:
             f"| [`{m.scenario}`](../scenarios/published/{m.scenario}.yaml) |"
         )
     return "\n".join(lines)
-
-
-def frame() -> pd.DataFrame:
-    """Every measurement's published and simulated figures and ratios, one row each (for a
-    notebook or a look from the shell)."""
-    rows = []
-    for m in PUBLISHED:
-        sim = simulate(m)
-        row: dict[str, object] = {"scenario": m.scenario}
-        for name, field in FIGURES:
-            row[f"{name}_published"] = getattr(m, field)
-            row[f"{name}_simulated"] = round(getattr(sim, field), 3)
-        row.update({f"{k}_ratio": round(v, 3) for k, v in simulated_ratios(m, sim).items()})
-        rows.append(row)
-    return pd.DataFrame(rows)
