@@ -22,7 +22,7 @@ from sim.model.prefetch_policies import PREFETCH_POLICIES, PrefetchTimeout
 from sim.model.storage import HIT_QUERIES, Storage
 from sim.scenario.loading import build_scenario
 from sim.scenario.schema import Scenario, ScenarioError, scenario_model
-from sim.workload.kinds import WORKLOAD_KINDS
+from sim.workload.catalog import WORKLOAD_KINDS
 from tests.conftest import make_doc, make_scenario
 from tests.model_helpers import make_storage
 

@@ -1,6 +1,6 @@
-"""Published serving measurements against the roofline: every one names its source and holds
-figures in range, a ratio outside the band says why, and docs/compute.md's table is the
-module's output."""
+"""Published serving measurements, each rerun by its shipped scenario: every one names its source
+and holds figures in range, its scenario is the same deployment and finishes every request, a
+simulated ratio outside the band says why, and docs/compute.md's table is the runs' output."""
 
 from __future__ import annotations
 
@@ -8,8 +8,17 @@ import pytest
 
 from sim.deployment.compute import DECODE_BATCH, GPU_PEAKS, MODEL_COMPUTE, roofline
 from sim.deployment.published import NEAR, PublishedMeasurement
-from sim.deployment.published_figures import PUBLISHED, published_table
+from sim.deployment.published_figures import PUBLISHED
 from sim.deployment.table import write_into
+from sim.scenario.loading import load_scenario
+from sim.studies.published_runs import (
+    SCENARIOS,
+    published_table,
+    scenario_path,
+    simulate,
+    simulated_ratios,
+)
+from sim.workload.concurrency import ConcurrencyWorkload
 from tests.conftest import REPO
 
 IDS = [f"{m.preset}-{m.gpu}-tp{m.tp}-c{m.concurrency}" for m in PUBLISHED]
@@ -50,13 +59,46 @@ def test_every_measurement_names_its_source_and_figures_in_range(m: PublishedMea
 
 
 @pytest.mark.parametrize("m", PUBLISHED, ids=IDS)
-def test_a_ratio_outside_the_band_says_why_and_one_inside_says_nothing(
+def test_a_simulated_ratio_outside_the_band_says_why_and_one_inside_says_nothing(
     m: PublishedMeasurement,
 ) -> None:
     low, high = NEAR
-    outside = [k for k, r in m.ratios().items() if not low <= r <= high]
-    assert m.ratios(), "nothing compared"
-    assert bool(m.why_apart) == bool(outside), (m.ratios(), m.why_apart)
+    ratios = simulated_ratios(m, simulate(m))
+    outside = [k for k, r in ratios.items() if not low <= r <= high]
+    assert ratios, "nothing compared"
+    assert bool(m.why_apart) == bool(outside), (ratios, m.why_apart)
+
+
+def test_each_measurement_has_its_scenario_and_each_scenario_its_measurement() -> None:
+    named = [m.scenario for m in PUBLISHED]
+    assert len(set(named)) == len(named), "two measurements share a scenario"
+    shipped = {p.stem for p in SCENARIOS.glob("*.yaml")}
+    assert shipped == set(named)
+
+
+@pytest.mark.parametrize("m", PUBLISHED, ids=IDS)
+def test_the_scenario_runs_the_measurements_deployment(m: PublishedMeasurement) -> None:
+    """Same GPU, preset and tp, the stated concurrency and lengths (a stated length is the
+    longest drawn, or with bench_serving's default range ratio twice the published mean), and
+    a horizon that lets every request finish."""
+    scenario = load_scenario(scenario_path(m))
+    assert scenario.hardware.gpu == m.gpu and scenario.model.preset == m.preset
+    assert scenario.server.tp_size == m.compared_tp
+    workload = scenario.workload
+    assert isinstance(workload, ConcurrencyWorkload)
+    assert workload.concurrency == m.compared_batch
+    assert workload.requests >= workload.concurrency
+    if m.benchmark == "one_batch":
+        assert workload.requests == workload.concurrency, "bench_one_batch_server sends one batch"
+    for stated, drawn in (
+        (m.input_tokens, workload.input_tokens),
+        (m.output_tokens, workload.output_tokens),
+    ):
+        if stated is not None:
+            mean = drawn if workload.range_ratio == 1.0 else (1 + drawn) / 2
+            assert mean == pytest.approx(stated, abs=1), (stated, drawn)
+    sim = simulate(m)
+    assert sim.finished == sim.requests == workload.requests
 
 
 def test_every_gpu_and_model_the_issue_names_has_measurements() -> None:
@@ -82,11 +124,17 @@ def test_the_roofline_at_the_measurements_batch_by_hand() -> None:
     assert engine is not None and engine.decode_ms_per_token == 21.73
 
 
-def test_the_table_row_shows_published_roofline_and_ratio() -> None:
-    """InferenceX's tp 2, 64 requests: 15.21 ms against the by-hand 17.6 ms above."""
+def test_the_table_row_shows_published_simulated_and_ratio() -> None:
+    """InferenceX's tp 2, 64 requests: 15.21 ms published against the run's mean TPOT, and the
+    closed form's 17.6 ms (by hand above) beside it."""
+    m = next(m for m in PUBLISHED if m.tpot_ms == 15.21)
+    sim = simulate(m)
     row = next(line for line in published_table().splitlines() if "| 15.21 / " in line)
-    assert "15.21 / 17.6 (0.86)" in row and "| 2, tp 2 |" in row and "| 64 |" in row
-    assert row.count(" | ") == 11
+    ratio = 15.21 / sim.tpot_ms
+    assert f"15.21 / {sim.tpot_ms:.4g} ({ratio:.2f})" in row
+    assert "| 17.6 (0.86) |" in row and "| 2, tp 2 |" in row and "| 64 |" in row
+    assert f"(../scenarios/published/{m.scenario}.yaml)" in row
+    assert row.count(" | ") == 13
 
 
 def test_per_gpu_figures_divide_the_replicas_by_its_gpus() -> None:

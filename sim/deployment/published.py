@@ -1,21 +1,23 @@
-"""A published serving measurement, and what the roofline gives for the same deployment.
+"""A published serving measurement, and what the closed-form roofline gives for it.
 
-The roofline (`sim.deployment.compute`) is built from datasheet peaks and a model's shape; these
-are the measurements it is held against (`sim.deployment.published_figures` lists them), each as
-its source printed it, with the engine, precision, tensor parallelism, concurrency and lengths it
-ran at. The roofline is taken at the measurement's GPU, preset and `tp` and at a decode batch of
-the measurement's concurrency (`compute.roofline`'s `decode_batch`), so a ratio compares the same
-step; the engine itself keeps the batch of `DECODE_BATCH`.
+These are the measurements the simulator is held against (`sim.deployment.published_figures`
+lists them), each as its source printed it, with the engine, precision, tensor parallelism,
+concurrency and lengths it ran at, and the shipped scenario that reruns it through the engine
+(`sim.studies.published_runs`). Beside the run, the closed form (`sim.deployment.compute`) is
+taken at the measurement's GPU, preset and `tp` and at a decode batch of the measurement's
+concurrency (`compute.roofline`'s `decode_batch`); the engine itself keeps the batch of
+`DECODE_BATCH` for its figures when no run times the batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from sim.deployment.compute import DECODE_BATCH, Roofline, roofline
 
 NEAR = (0.7, 1.4)
-"""Published / roofline ratios inside this band need no explanation; outside it, a measurement
+"""Published / simulated ratios inside this band need no explanation; outside it, a measurement
 says why (`why_apart`)."""
 
 
@@ -24,6 +26,8 @@ class PublishedMeasurement:
     """One serving measurement as published. A figure or setting the source does not state is
     None, never guessed."""
 
+    scenario: str
+    """The shipped scenario that reruns it: `scenarios/published/<scenario>.yaml`."""
     preset: str
     """The model, as the preset it corresponds to (`model.preset`)."""
     gpu: str
@@ -55,8 +59,13 @@ class PublishedMeasurement:
     """Input (prefill) throughput of the replica over `gpus`."""
     ttft_ms: float | None = None
     """Mean time to first token, in ms."""
+    benchmark: Literal["serving", "one_batch"] = "serving"
+    """How the figures were measured: `serving`, a serving benchmark's whole run (SGLang's
+    `bench_serving`, vLLM's `bench serve`: throughput over the run's duration, TPOT and TTFT
+    means over the requests); `one_batch`, SGLang's `bench_one_batch_server` (the batch sent at
+    once: input throughput over the batch's last first token, output over the decode after it)."""
     why_apart: str = ""
-    """One line on why a ratio falls outside `NEAR`; empty when every ratio is inside."""
+    """One line on why a simulated ratio falls outside `NEAR`; empty when every one is inside."""
 
     @property
     def compared_tp(self) -> int:
@@ -86,9 +95,11 @@ class PublishedMeasurement:
             out["input"] = self.input_tokens_per_s_per_gpu / (r.prefill_tokens_per_s / r.tp)
         return out
 
-    def apart(self) -> bool:
-        low, high = NEAR
-        return any(not low <= ratio <= high for ratio in self.ratios().values())
+
+def apart(ratios: dict[str, float]) -> bool:
+    """Is any ratio outside `NEAR`?"""
+    low, high = NEAR
+    return any(not low <= ratio <= high for ratio in ratios.values())
 
 
 def roofline_output_per_gpu(m: PublishedMeasurement, r: Roofline) -> float:

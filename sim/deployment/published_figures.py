@@ -1,5 +1,6 @@
-"""The published serving measurements the roofline is held against, and docs/compute.md's table
-of them (`python -m sim.deployment.table docs/compute.md` writes it).
+"""The published serving measurements the simulator is held against, each with the shipped
+scenario that reruns it (`scenarios/published/`; `sim.studies.published_runs` runs them and writes
+docs/compute.md's table).
 
 Every figure is as its source printed it, or derived from printed figures as `figure` says (a
 replica's throughput over its GPUs; a batch-1 throughput's reciprocal; a whole benchmark's input
@@ -10,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.deployment.compute import DECODE_BATCH
-from sim.deployment.published import PublishedMeasurement, roofline_output_per_gpu
+from sim.deployment.published import PublishedMeasurement
 
 _LMSYS = (
     "SGLang for gpt-oss: From Day 0 Support to Enhanced Performance (LMSYS, 2025-08-27)",
@@ -50,22 +50,26 @@ _B200_SWEEP = (
     "https://gist.github.bluepio.com/BenHamm/78563d0d0a08d7cb61b4737392633384",
 )
 
-_BATCH_ONE = (
-    "a batch-1 step is not bandwidth-bound: kernel launches, expert routing and the MXFP4 "
-    "experts' dequantization set it"
+_ALL_EXPERTS = (
+    "the engine's decode step reads every expert's weights whatever the batch "
+    "(`compute.decode_step_ms` is the whole checkpoint over the ranks), while a batch of {batch} "
+    "routes to a few of gpt-oss-120b's 128 experts a layer: the simulated step is too slow"
 )
 _FREE_TP = (
-    "the roofline splits the step over {tp} ranks and charges no all-reduce; with a batch of "
-    "{batch} on {tp} GPUs the step is set by communication and launches, not HBM"
+    "the engine splits the step over {tp} ranks and charges no all-reduce, no kernel launch and "
+    "no scheduling between steps; with a batch of {batch} on {tp} GPUs those set the step, not HBM"
+)
+_FRONT_END = (
+    "a measured TTFT also holds the HTTP request, tokenization and the scheduler's first pass, "
+    "none of which is simulated (only the prefill, about a millisecond here)"
 )
 _DP_ATTENTION = (
     "DP attention over 8 ranks with a batch of {batch}: a step waits on the experts' all-to-all, "
-    "launches and the indexer's top-k, none of which the roofline charges"
+    "launches and the indexer's top-k, none of which the engine charges"
 )
-_SMALL_PREFILL = "and a batch of {batch} 4,096-token prompts does not fill 8 GPUs' prefill"
-_WHOLE_RUN = (
-    "the figure divides by the whole run, {output} decode steps of {requests} requests "
-    "included, and tp {tp}'s all-reduces are not charged"
+_SMALL_PREFILL = (
+    "the engine's prefill of one batch runs over all 8 ranks at the dense fit's MFU, and a batch "
+    "of {batch} 4,096-token prompts does not fill 8 GPUs' prefill"
 )
 _SHORT_PROMPTS = (
     "at ShareGPT's short requests (about 300 tokens in, 200 out) scheduling, sampling and "
@@ -83,6 +87,8 @@ def _dsv32(**fields: Any) -> PublishedMeasurement:
 
 def _dsv32_nightly(batch: int, itl_ms: float, output: float, input_: float) -> PublishedMeasurement:
     return _dsv32(
+        scenario=f"deepseek_v3_2_b200_tp8_b{batch}_nightly",
+        benchmark="one_batch",
         gpu="b200",
         gpus=8,
         tp=8,
@@ -98,12 +104,14 @@ def _dsv32_nightly(batch: int, itl_ms: float, output: float, input_: float) -> P
         "input tok/s over 8 GPUs",
         source_title=_DSV32_ROADMAP[0],
         source_url=_DSV32_ROADMAP[1],
-        why_apart=f"{_DP_ATTENTION.format(batch=batch)}, {_SMALL_PREFILL.format(batch=batch)}",
+        why_apart=f"{_DP_ATTENTION.format(batch=batch)}; {_SMALL_PREFILL.format(batch=batch)}",
     )
 
 
 _GPT_OSS_H100 = (
     _gpt_oss(
+        scenario="gpt_oss_120b_h100_tp8_c1_lmsys",
+        benchmark="one_batch",
         gpu="h100",
         gpus=8,
         tp=8,
@@ -118,9 +126,9 @@ _GPT_OSS_H100 = (
         "bench_one_batch_server)",
         source_title=_LMSYS[0],
         source_url=_LMSYS[1],
-        why_apart=f"{_BATCH_ONE}; {_FREE_TP.format(tp=8, batch=1)}",
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_h100_tp1_c4_gpustack",
         gpu="h100",
         gpus=1,
         tp=1,
@@ -136,10 +144,10 @@ _GPT_OSS_H100 = (
         "tok/s; lengths are the 100 requests' means",
         source_title=_GPUSTACK_GPT_OSS[0],
         source_url=_GPUSTACK_GPT_OSS[1],
-        why_apart="4 requests a step are not bandwidth-bound: the MoE's per-step overheads "
-        "(routing, launches, dequantization) dominate, as at batch 1",
+        why_apart=f"{_ALL_EXPERTS.format(batch=4)}; {_FRONT_END}",
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_h100_tp2_c4_gpustack",
         gpu="h100",
         gpus=2,
         tp=2,
@@ -155,9 +163,10 @@ _GPT_OSS_H100 = (
         "tok/s over 2 GPUs",
         source_title=_GPUSTACK_GPT_OSS[0],
         source_url=_GPUSTACK_GPT_OSS[1],
-        why_apart=_FREE_TP.format(tp=2, batch=4),
+        why_apart=f"{_ALL_EXPERTS.format(batch=4)}; {_FRONT_END}",
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_h100_tp1_c100_32k_gpustack",
         gpu="h100",
         gpus=1,
         tp=1,
@@ -172,10 +181,9 @@ _GPT_OSS_H100 = (
         "total 16,136.57 less output 49.65",
         source_title=_GPUSTACK_GPT_OSS[0],
         source_url=_GPUSTACK_GPT_OSS[1],
-        why_apart="a 32,000-token prompt attends to four times the roofline's 8,192 tokens, and "
-        "the figure counts the decode time too",
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_h100_tp2_c500_4k_gpustack",
         gpu="h100",
         gpus=2,
         tp=2,
@@ -190,10 +198,12 @@ _GPT_OSS_H100 = (
         "(total 34,491.13 less output 1,135.29) over 2 GPUs",
         source_title=_GPUSTACK_GPT_OSS[0],
         source_url=_GPUSTACK_GPT_OSS[1],
-        why_apart=_WHOLE_RUN.format(output=200, requests=500, tp=2)
-        + "; an MoE's small expert matmuls likely reach less than the dense fit's MFU",
+        why_apart="the engine's prefill scales linearly to tp 2 at the dense fit's MFU and "
+        "charges no all-reduce, and an MoE's small expert matmuls likely reach less; the 500 "
+        "prompts queue behind a prefill that is too fast, so TTFT is short too",
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_h100_tp2_c64_inferencex",
         gpu="h100",
         gpus=2,
         tp=2,
@@ -210,6 +220,7 @@ _GPT_OSS_H100 = (
         source_url=_INFERENCEX[1],
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_h100_tp8_c8_inferencex",
         gpu="h100",
         gpus=8,
         tp=8,
@@ -223,12 +234,12 @@ _GPT_OSS_H100 = (
         figure="the 1K/8K (decode-heavy) table, TP 8 conc 8",
         source_title=_INFERENCEX[0],
         source_url=_INFERENCEX[1],
-        why_apart=_FREE_TP.format(tp=8, batch=8),
     ),
 )
 
 _GPT_OSS_H200 = (
     _gpt_oss(
+        scenario="gpt_oss_120b_h200_tp1_c10_millstone",
         gpu="h200",
         gpus=1,
         tp=1,
@@ -242,11 +253,14 @@ _GPT_OSS_H200 = (
         "1K-128K; compared at the largest concurrency, 10",
         source_title=_MILLSTONE[0],
         source_url=_MILLSTONE[1],
+        why_apart=_ALL_EXPERTS.format(batch=10),
     ),
 )
 
 _GPT_OSS_B200 = (
     _gpt_oss(
+        scenario="gpt_oss_120b_b200_tp4_c1_lmsys",
+        benchmark="one_batch",
         gpu="b200",
         gpus=4,
         tp=4,
@@ -261,9 +275,9 @@ _GPT_OSS_B200 = (
         "bench_one_batch_server)",
         source_title=_LMSYS[0],
         source_url=_LMSYS[1],
-        why_apart=f"{_BATCH_ONE}; {_FREE_TP.format(tp=4, batch=1)}",
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_b200_tp8_c1_cookbook",
         gpu="b200",
         gpus=8,
         tp=8,
@@ -279,9 +293,10 @@ _GPT_OSS_B200 = (
         "405.93 output and 633.76 input tok/s over 8 GPUs; lengths are the 100 requests' means",
         source_title=_SGLANG_GPT_OSS[0],
         source_url=_SGLANG_GPT_OSS[1],
-        why_apart=_FREE_TP.format(tp=8, batch=1),
+        why_apart=f"{_FREE_TP.format(tp=8, batch=1)}; {_FRONT_END}",
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_b200_tp8_c100_cookbook",
         gpu="b200",
         gpus=8,
         tp=8,
@@ -300,6 +315,7 @@ _GPT_OSS_B200 = (
         why_apart=f"{_FREE_TP.format(tp=8, batch=100)}; {_SHORT_PROMPTS}",
     ),
     _gpt_oss(
+        scenario="gpt_oss_120b_b200_tp8_c1_sweep",
         gpu="b200",
         gpus=8,
         tp=8,
@@ -321,6 +337,7 @@ _DSV32_B200 = (
     _dsv32_nightly(8, 19.88, 402.37, 32024.01),
     _dsv32_nightly(16, 25.30, 632.33, 42795.90),
     _dsv32(
+        scenario="deepseek_v3_2_b200_tp8_c100_cookbook",
         gpu="b200",
         gpus=8,
         tp=8,
@@ -343,6 +360,7 @@ _DSV32_B200 = (
 
 _DSV32_H200 = (
     _dsv32(
+        scenario="deepseek_v3_2_h200_tp8_c100_sglang_gpustack",
         gpu="h200",
         gpus=8,
         tp=8,
@@ -360,6 +378,7 @@ _DSV32_H200 = (
         source_url=_GPUSTACK_DSV32[1],
     ),
     _dsv32(
+        scenario="deepseek_v3_2_h200_tp8_c100_vllm_gpustack",
         gpu="h200",
         gpus=8,
         tp=8,
@@ -375,10 +394,12 @@ _DSV32_H200 = (
         "2,075.01 output tok/s over 8 GPUs",
         source_title=_GPUSTACK_DSV32[0],
         source_url=_GPUSTACK_DSV32[1],
-        why_apart="the roofline charges none of the all-reduces of tp 8 across 61 layers, nor "
-        "the indexer's top-k",
+        why_apart="vLLM at tp 8 without DP attention: the engine charges none of the all-reduces "
+        "of 61 layers nor the indexer's top-k, and prefills the 100 prompts sent at once faster "
+        "than vLLM did",
     ),
     _dsv32(
+        scenario="deepseek_v3_2_h200_tp8_c500_2k_gpustack",
         gpu="h200",
         gpus=8,
         tp=8,
@@ -395,6 +416,7 @@ _DSV32_H200 = (
         source_url=_GPUSTACK_DSV32[1],
     ),
     _dsv32(
+        scenario="deepseek_v3_2_h200_tp8_c500_4k_gpustack",
         gpu="h200",
         gpus=8,
         tp=8,
@@ -409,7 +431,6 @@ _DSV32_H200 = (
         "(total 20,545.67 less output 978.37) over 8 GPUs",
         source_title=_GPUSTACK_DSV32[0],
         source_url=_GPUSTACK_DSV32[1],
-        why_apart=_WHOLE_RUN.format(output=200, requests=500, tp=8),
     ),
 )
 
@@ -422,47 +443,3 @@ PUBLISHED: tuple[PublishedMeasurement, ...] = (
 )
 """What was found and read. No DeepSeek-V3.2 measurement on H100s was found, and one of
 gpt-oss-120b on an H200 (docs/compute.md, Published serving figures)."""
-
-
-def _number(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-
-
-def _cell(published: float | None, derived: float, ratio: float | None) -> str:
-    if published is None or ratio is None:
-        return "—"
-    return f"{_number(published)} / {_number(derived)} ({ratio:.2f})"
-
-
-def _length(tokens: int | None) -> str:
-    return f"{tokens:,}" if tokens is not None else "not stated"
-
-
-def published_table() -> str:
-    """docs/compute.md's table of published measurements beside the roofline at their
-    deployment: published / roofline (ratio) for each figure the source gives."""
-    lines = [
-        "| preset | gpu | GPUs, tp | engine | precision | concurrency | in / out tokens "
-        "| TPOT ms | output tok/s a GPU | input tok/s a GPU | why apart | source |",
-        "|" + " --- |" * 12,
-    ]
-    for m in PUBLISHED:
-        r = m.roofline()
-        ratios = m.ratios()
-        tp = f"tp {m.tp}" if m.tp else "tp not stated (compared at 1)"
-        gpus = f"{m.gpus}, {tp}" if m.gpus else tp
-        batch = str(m.concurrency) if m.concurrency else f"not stated (compared at {DECODE_BATCH})"
-        output = roofline_output_per_gpu(m, r)
-        cells = [
-            _cell(m.tpot_ms, r.decode_ms_per_token, ratios.get("tpot")),
-            _cell(m.output_tokens_per_s_per_gpu, output, ratios.get("output")),
-            _cell(m.input_tokens_per_s_per_gpu, r.prefill_tokens_per_s / r.tp, ratios.get("input")),
-        ]
-        why = m.why_apart if m.apart() else ""
-        lines.append(
-            f"| `{m.preset}` | `{m.gpu}` | {gpus} | {m.engine} | {m.precision} | {batch} "
-            f"| {_length(m.input_tokens)} / {_length(m.output_tokens)} | "
-            + " | ".join(cells)
-            + f" | {why} | [{m.source_title}]({m.source_url}): {m.figure} |"
-        )
-    return "\n".join(lines)

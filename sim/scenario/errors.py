@@ -13,7 +13,7 @@ from sim.core.registry import Registry
 from sim.core.spec import KeyedError
 from sim.core.units import param_hint
 from sim.scenario.sizes import expected, size_keys
-from sim.workload.kinds import WORKLOAD_KINDS
+from sim.workload.catalog import WORKLOAD_KINDS
 
 
 def describe(err: Any, doc: dict[str, Any], schema: Any) -> tuple[str | None, str]:

@@ -72,8 +72,9 @@ from sim.scenario.sections import (
     release_name,
     tagged,
 )
+from sim.workload.catalog import WORKLOAD_KINDS
+from sim.workload.concurrency import ConcurrencyWorkload
 from sim.workload.kinds import (
-    WORKLOAD_KINDS,
     MooncakeWorkload,
     MultiturnWorkload,
     SharedPrefixWorkload,
@@ -81,6 +82,7 @@ from sim.workload.kinds import (
 )
 
 __all__ = [
+    "ConcurrencyWorkload",
     "MooncakeWorkload",
     "MultiturnWorkload",
     "Scenario",

@@ -24,7 +24,6 @@ from typing import Annotated, Literal, Protocol
 import numpy as np
 from pydantic import Field
 
-from sim.core.registry import Registry
 from sim.core.safe_io import UnreadableFile, open_regular
 from sim.core.spec import (
     KeyedError,
@@ -180,13 +179,6 @@ class MooncakeWorkload(WorkloadSpec):
                 break
             times.append(rec[0] / 1000.0 * self.time_scale)
         return times
-
-
-WORKLOAD_KINDS: Registry[type[WorkloadSpec]] = Registry("workload kind")
-"""Workload specs by `kind`; the spec's `build` makes the request stream."""
-WORKLOAD_KINDS.register("shared_prefix", SharedPrefixWorkload)
-WORKLOAD_KINDS.register("multiturn", MultiturnWorkload)
-WORKLOAD_KINDS.register("mooncake", MooncakeWorkload)
 
 
 class _FreshKeys:
