@@ -62,7 +62,17 @@ def test_an_unpinned_anchor_evicted_before_admission_is_refetched_without_a_quer
 
 
 def test_a_hit_the_device_covers_by_commit_time_is_not_fetched_nor_retried() -> None:
-    result = queued(0.5)
+    """Host staging for one span at a time and slow reads: a hit waits to stage while another
+    request of its prefix computes it, so the device holds it by the time it commits."""
+    contended = {
+        **QUEUED,
+        "workload.prefixes": 40,
+        "workload.arrival_rate_per_s": 8,
+        "host.pages": 100,
+        "storage.read_gbps": 0.3,
+        "host.anchor_lock_cap": 0.5,
+    }
+    result = run(make_scenario(**contended))
     pf = result.tables["prefetches"].sort_values(["rid", "attempt"])
     covered = pf[pf["outcome"] == "device_covered"]
     assert result.summary["prefetch_device_covered"] == len(covered) > 0

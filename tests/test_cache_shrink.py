@@ -14,7 +14,13 @@ from sim.engine.runner import run
 from sim.model.host import HostPool
 from tests.conftest import QUEUED, make_scenario
 
-SMALL_HOST = {**QUEUED, "host.mode": "cache", "host.pages": 150, "storage.read_gbps": 0.3}
+SMALL_HOST = {
+    **QUEUED,
+    "host.mode": "cache",
+    "host.pages": 150,
+    "storage.read_gbps": 0.3,
+    "workload.arrival_rate_per_s": 10,
+}
 """Hits of up to 64 pages, host staging for loads of 75 (half the pool), slow reads: hits
 contend for staging."""
 

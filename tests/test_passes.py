@@ -48,10 +48,14 @@ def node_sizes(result: RunResult) -> list[int]:
 def test_requests_of_one_prefill_pass_share_its_chunk_budget() -> None:
     """Pass 1 computes A's first 8,192 tokens; pass 2 A's last 2,048 and, with what is left,
     B's first 6,144 (96 pages, cut at a page), so B's first node ends at 96 pages, not 128,
-    and A's first token waits for the whole shared pass."""
+    and A's first token waits for the whole shared pass. A's one decode step waits for B's
+    prefill passes (a prefill batch runs first), so its output page is written last."""
     shared, alone = two_prompts("batch"), two_prompts("request")
-    assert node_sizes(alone)[:4] == [128, 32, 1, 128]
-    assert node_sizes(shared)[:4] == [128, 32, 96, 1]
+    assert node_sizes(alone)[:5] == [128, 32, 128, 13, 1]
+    assert node_sizes(shared)[:5] == [128, 32, 96, 45, 1]
+    for result in (shared, alone):
+        rows = result.tables["requests"].set_index("rid")
+        assert rows["finish_s"][0] >= rows["first_token_s"][1]
     first = {
         name: r.tables["requests"].set_index("rid")["first_token_s"]
         for name, r in (("shared", shared), ("alone", alone))
@@ -108,4 +112,4 @@ def test_a_retry_waits_as_long_as_the_passes_it_spans() -> None:
     assert passes.median() > 0.5 and passes.max() > 2.0
     seconds = retry_gaps(**{"prefetch.retry.interval_s": 0.16})
     assert seconds.max() < 0.17
-    assert len(seconds) > 5 * len(passes)
+    assert len(seconds) > 2 * len(passes)

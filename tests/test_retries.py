@@ -142,7 +142,7 @@ def test_the_queue_head_is_never_re_issued() -> None:
 PRESSED = {
     **QUEUED,
     "workload.prefixes": 40,
-    "workload.arrival_rate_per_s": 12,
+    "workload.arrival_rate_per_s": 10,
     "host.pages": 100,
     "storage.read_gbps": 0.3,
 }
@@ -165,6 +165,11 @@ def test_a_parked_hit_stopped_by_its_policy_is_declined_and_its_admitted_request
     declined = pf[pf["outcome"] == "declined"]
     assert len(declined) > 0
     assert declined["terminated"].all()
+    admitted = result.tables["requests"].set_index("rid").loc[declined["rid"], "admitted_s"]
+    # A policy may also stop a hit at a pass whose memory check then keeps the request
+    # waiting: that miss is retried like any other.
+    declined = declined[admitted.to_numpy() == declined["resolved_s"].to_numpy()]
+    assert len(declined) > 0
     last = pf.groupby("rid")["attempt"].max()
     assert (declined["attempt"].to_numpy() == last.loc[declined["rid"]].to_numpy()).all()
     assert result.summary["requests_finished"] == result.summary["requests"]
