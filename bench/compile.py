@@ -39,6 +39,7 @@ COMPILED_MODULES = (
     "sim/engine/links.py",
     "sim/engine/prefetch_io.py",
     "sim/engine/records.py",
+    "sim/engine/running_batch.py",
     "sim/engine/scheduler.py",
     "sim/engine/server.py",
     "sim/engine/server_base.py",

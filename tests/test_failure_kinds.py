@@ -128,7 +128,7 @@ def test_through_0_5_21_a_torn_file_ends_the_servers_storage_reads(name: str, re
     prefetches = result.tables["prefetches"]
     last_delivery_s = prefetches.resolved_s[prefetches.completed_pages > 0].max()
     assert last_delivery_s < 100.0
-    assert (prefetches.issued_s > last_delivery_s).mean() > 0.8
+    assert (prefetches.issued_s > last_delivery_s).mean() > 0.6
 
 
 @pytest.mark.parametrize("name", ["torn_file", "torn_file_read_as_miss"])

@@ -122,18 +122,36 @@ def warn_sizes(scenario: Scenario) -> None:
         click.echo(f"warning: {warning}", err=True)
 
 
-def warn_overload(summary: Mapping[str, Any], scenario: Scenario, where: str = "the run") -> None:
-    """A run whose server could not keep up (sim.outputs.overload), on stderr, and a note of the
-    requests that arrived too late to finish by the horizon, which are not overload."""
+def warn_overload(
+    summary: Mapping[str, Any], scenario: Scenario, where: str = "the run", *, late: bool = True
+) -> None:
+    """A run whose server could not keep up (sim.outputs.overload), on stderr, and (`late`) a
+    note of the requests that arrived too late to finish by the horizon, which are not
+    overload."""
     from sim.outputs.overload import config_overload, late_note, overload_warning
     from sim.scenario.schema import scenario_document
 
     line = overload_warning(config_overload(summary, scenario_document(scenario)), where)
     if line:
         click.echo(f"warning: {line}", err=True)
-    note = late_note(summary, where)
+    note = late_note(summary, where) if late else None
     if note:
         click.echo(f"note: {note}", err=True)
+
+
+def note_late_variants(summaries: list[Mapping[str, Any]]) -> None:
+    """One note for a comparison's runs: how many requests each left unfinished only for
+    arriving too late to finish by the horizon (not overload)."""
+    counts = [int(s.get("requests_unfinished_late") or 0) for s in summaries]
+    if not any(counts):
+        return
+    low, high = min(counts), max(counts)
+    many = f"{low:,}" if low == high else f"{low:,} to {high:,}"
+    click.echo(
+        f"note: {many} requests a run arrived too late to finish by the horizon (not counted "
+        "as overload)",
+        err=True,
+    )
 
 
 def warn_study_overload(tasks: Path, scenario: Scenario, what: str) -> None:

@@ -17,6 +17,7 @@ from sim.cli.app import (
     debug_option,
     force_option,
     load,
+    note_late_variants,
     out_option,
     reading,
     set_option,
@@ -151,7 +152,8 @@ def compare_cmd(
     click.echo(f"wrote {written / 'comparison.csv'} and {written / 'comparison.png'}")
     _warn_if_identical(comparison.table, found.column)
     for (label, result), sc in zip(comparison.runs.items(), scenarios, strict=True):
-        warn_overload(result.summary, sc, f"the run of {shown(label)}")
+        warn_overload(result.summary, sc, f"the run of {shown(label)}", late=False)
+    note_late_variants([result.summary for result in comparison.runs.values()])
 
 
 def _warn_if_identical(table: pd.DataFrame, column: str) -> None:

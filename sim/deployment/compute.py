@@ -261,12 +261,19 @@ class Roofline:
             f"{self.tp} (docs/compute.md)"
         )
 
-    def step_why(self) -> str:
+    def step_whys(self) -> tuple[str, str, str]:
+        """Why each of the three decode step keys has its value: the bytes behind it."""
+        rate = f"at {self.peaks.decode_bandwidth_efficiency:.0%} of {self.peaks.hbm_tbps:g} TB/s"
+        per_ms = self.peaks.hbm_tbps * 1e9 * self.peaks.decode_bandwidth_efficiency
+        step = self.step
         return (
-            f"{self.label}: a step reads every weight ({self.step.step_ms:g} ms), each "
-            "request's windows and top-k latents, and every full layer's KV of the batch's "
-            f"context, at {self.peaks.decode_bandwidth_efficiency:.0%} of "
-            f"{self.peaks.hbm_tbps:g} TB/s (docs/compute.md)"
+            f"{self.label}: a step reads every weight, {step.step_ms * per_ms / 1e9:.1f} GB a "
+            f"rank {rate} (docs/compute.md)",
+            f"{self.label}: each request's sliding windows and top-k latents, "
+            f"{step.ms_per_request * per_ms / 1e6:.2f} MB a rank {rate} (docs/compute.md)",
+            f"{self.label}: every 1,024 tokens of context in full layers, "
+            f"{step.ms_per_ki_context_tokens * per_ms / 1e6:.2f} MB a rank {rate} "
+            "(docs/compute.md)",
         )
 
     def decode_why(self) -> str:

@@ -238,15 +238,15 @@ class Derivation:
         found = roofline(gpu, name, tp, dtype) if isinstance(tp, int) else None
         if found is None:
             return
-        step, step_why = found.step, found.step_why()
+        step, (step_why, request_why, context_why) = found.step, found.step_whys()
         derived = [
             ("compute.prefill_tokens_per_s", found.prefill_tokens_per_s, found.prefill_why()),
             ("compute.decode_ms_per_token", found.decode_ms_per_token, found.decode_why()),
         ]
         step_keys = [
             ("compute.decode_step_ms", step.step_ms, step_why),
-            ("compute.decode_ms_per_request", step.ms_per_request, step_why),
-            ("compute.decode_ms_per_ki_context_tokens", step.ms_per_ki_context_tokens, step_why),
+            ("compute.decode_ms_per_request", step.ms_per_request, request_why),
+            ("compute.decode_ms_per_ki_context_tokens", step.ms_per_ki_context_tokens, context_why),
         ]
         constant = has(self.doc, "compute.decode_ms_per_token") and not any(
             has(self.doc, key) for key, _, _ in step_keys
