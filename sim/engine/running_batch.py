@@ -12,8 +12,11 @@ import heapq
 from itertools import pairwise
 
 from sim.engine.job import Job
-from sim.engine.rows import DecodeGap
 from sim.model.build import Timing
+
+Gap = tuple[float, float, int]
+"""A row of the `decode_gaps` table (`sim.engine.rows.DecodeGap`'s fields), as a plain tuple:
+a run of steps adds one a step."""
 
 
 class RunningBatch:
@@ -50,16 +53,21 @@ class RunningBatch:
         return self._ends[0][0] - self.steps
 
     def step_ends(self, start_s: float, steps: int) -> list[float]:
-        """When each of the next `steps` steps ends, if the batch does not change."""
-        size, context, step_s = self.size, self.context_tokens(), self.timing.decode_batch_step_s
+        """When each of the next `steps` steps ends, if the batch does not change
+        (`Timing.decode_batch_step_s`, with the terms that stay fixed taken out of the loop)."""
+        timing, size = self.timing, self.size
+        fixed_s = timing.step_s + size * timing.s_per_request
+        per_token_s, floor_s = timing.s_per_context_token, size / timing.prefill_tokens_per_s
+        context = self.context_tokens()
         ends, t = [], start_s
         for _ in range(steps):
-            t += step_s(size, context)
+            step_s = fixed_s + context * per_token_s
+            t += step_s if step_s > floor_s else floor_s
             context += size
             ends.append(t)
         return ends
 
-    def advance(self, ends: list[float]) -> tuple[list[Job], list[DecodeGap]]:
+    def advance(self, ends: list[float]) -> tuple[list[Job], list[Gap]]:
         """Run the steps ending at `ends`: the requests they finish (by id where several end
         at one step), and each step's token gaps."""
         gaps = self._gaps(ends)
@@ -73,15 +81,16 @@ class RunningBatch:
             done.append(job)
         return done, gaps
 
-    def _gaps(self, ends: list[float]) -> list[DecodeGap]:
+    def _gaps(self, ends: list[float]) -> list[Gap]:
         """The first step's gap for the requests that decoded before (since the last step,
         a prefill may have paused them) and for each group joined since; one row a step after."""
         first = ends[0]
         joined = sum(self._joined.values())
-        gaps = [DecodeGap(first, first - t, n) for t, n in self._joined.items()]
+        gaps = [(first, first - t, n) for t, n in self._joined.items()]
         if self._last_step_s is not None and self.size > joined:
-            gaps.append(DecodeGap(first, first - self._last_step_s, self.size - joined))
-        gaps.extend(DecodeGap(t, t - before, self.size) for before, t in pairwise(ends))
+            gaps.append((first, first - self._last_step_s, self.size - joined))
+        size = self.size
+        gaps.extend([(t, t - before, size) for before, t in pairwise(ends)])
         self._joined.clear()
         self._last_step_s = ends[-1]
         return gaps
