@@ -53,16 +53,11 @@ class RunningBatch:
         return self._ends[0][0] - self.steps
 
     def step_ends(self, start_s: float, steps: int) -> list[float]:
-        """When each of the next `steps` steps ends, if the batch does not change
-        (`Timing.decode_batch_step_s`, with the terms that stay fixed taken out of the loop)."""
-        timing, size = self.timing, self.size
-        fixed_s = timing.step_s + size * timing.s_per_request
-        per_token_s, floor_s = timing.s_per_context_token, size / timing.prefill_tokens_per_s
-        context = self.context_tokens()
+        """When each of the next `steps` steps ends, if the batch does not change."""
+        size, context, step_s = self.size, self.context_tokens(), self.timing.decode_batch_step_s
         ends, t = [], start_s
         for _ in range(steps):
-            step_s = fixed_s + context * per_token_s
-            t += step_s if step_s > floor_s else floor_s
+            t += step_s(size, context)
             context += size
             ends.append(t)
         return ends

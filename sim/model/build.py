@@ -89,6 +89,8 @@ class Timing:
     batched_decode: bool = True
     """One forward stream: decode steps of the whole running batch (False: a timer a request)."""
     step_s: float = 0.02
+    """A decode step's time whatever its batch; each request and each token of context the
+    batch attends add `s_per_request` and `s_per_context_token`."""
     s_per_request: float = 0.0
     s_per_context_token: float = 0.0
 
