@@ -16,7 +16,9 @@ parameter count, a calibrated utilization) or chosen, and says which (docs/compu
   that batch touches and every request's KV cache, at the HBM bandwidth times an efficiency;
   every request of the batch gets one token a step, so the step time is the time per token.
 
-What the engine does with the two numbers is unchanged (`sim.model.build.Timing`).
+The engine times each decode step of its running batch from the same bytes split by what they
+grow with (`decode_step_cost`: the `compute.decode_step_ms`, `decode_ms_per_request` and
+`decode_ms_per_ki_context_tokens` keys, `sim.model.build.Timing.decode_batch_step_s`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ in the middle of a 16,384-token prompt; a conversation turn's suffix attends to 
 prefix). The engine charges one rate whatever the prompt, so the roofline needs one context."""
 DECODE_BATCH = 32
 """Chosen: the requests one decode step serves (the batch of LMSYS's high-throughput gpt-oss
-benchmark). The engine decodes each request on its own timer, so the roofline needs one batch."""
+benchmark): `decode_ms_per_token` is the step at this batch, the figure a published time per
+output token is set beside; the engine's own steps take any batch (`DecodeStepCost`)."""
 BF16_KV_BYTES = 2
 """The presets of `sim.model.presets` keep their KV cache in bf16; a DSA preset's latent takes
 what SGLang's default dtype for the GPU gives (`sim.model.presets_mla`)."""

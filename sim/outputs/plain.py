@@ -26,9 +26,9 @@ NAMED = {
     "existence_cache.entries": "the existence cache's entries",
 }
 NOT_MODELLED = (
-    "Not modelled: decode competing with prefill for the GPU (prefill runs at a fixed token "
-    "rate, and each request decodes on its own timer), servers failing, and the router's own "
-    "delay; docs/model.md lists every simplification."
+    "Not modelled: decode retraction (a request reserves its whole output at admission), "
+    "prefill and decode mixed in one batch, servers failing, and the router's own delay; "
+    "docs/model.md lists every simplification."
 )
 
 
